@@ -1,0 +1,3 @@
+"""Horovod data-parallel MNIST trainer."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""MNIST data: IDX files, the offline fallback, TFRecords and the tf.data input pipeline."""

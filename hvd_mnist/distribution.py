@@ -1,0 +1,93 @@
+"""Distribution set-up: start Horovod (through mpi4py under mpirun), pin one device per process."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_mnist.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    controller: str
+    device: str
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_plain_mpirun() -> bool:
+    """True under `mpirun` (or `horovodrun --mpi`), false under `horovodrun --gloo` or a bare `python`."""
+    mpi_env = any(key in os.environ for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    return mpi_env and os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") is None
+
+
+def init_horovod() -> str:
+    """Start Horovod; under MPI hand it mpi4py's COMM_WORLD so both share one MPI communicator.
+
+    Sharing COMM_WORLD lets code written with mpi4py (e.g. site-specific barriers or gathers)
+    run beside Horovod in the same job without a second MPI initialization.
+    """
+    if launched_by_plain_mpirun() and hvd.mpi_built():
+        from mpi4py import MPI
+
+        hvd.init(comm=MPI.COMM_WORLD)
+        return "mpi"
+    hvd.init()
+    return "mpi" if hvd.mpi_enabled() else "gloo"
+
+
+def pin_device(local_rank: int, local_size: int) -> str:
+    """One GPU per process by local rank, with memory growth; on CPU, split the cores between ranks."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[local_rank % len(gpus)]
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+        return f"GPU:{local_rank % len(gpus)}"
+    threads = max(1, (os.cpu_count() or 1) // local_size)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+    return f"CPU ({threads} threads)"
+
+
+def setup_world() -> World:
+    """Initialize Horovod and pin this process's device; call before TensorFlow runs any op."""
+    controller = init_horovod()
+    device = pin_device(hvd.local_rank(), hvd.local_size())
+    return World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), controller, device)
+
+
+
+def on_chief(world: World, action: Callable[[], Any], name: str) -> Any:
+    """Run `action` on rank 0 only and hand its result, or its UserError, to every rank.
+
+    Without this, a check that fails on rank 0 alone (say, an unwritable output directory) would
+    leave the other ranks waiting forever in their next collective operation.
+    """
+    outcome = None
+    if world.is_chief:
+        try:
+            outcome = (None, action())
+        except UserError as err:
+            outcome = (str(err), None)
+    error, value = hvd.broadcast_object(outcome, root_rank=0, name=name)
+    if error is not None:
+        raise UserError(error)
+    return value

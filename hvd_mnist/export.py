@@ -1,0 +1,32 @@
+"""Export the moving-average weights as a SavedModel with a serving signature."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from hvd_mnist.data.idx import NUM_PIXELS
+from hvd_mnist.model import Classifier
+from hvd_mnist.schedule import MovingAverage
+
+
+class ServingModel(tf.Module):
+    """Wraps a classifier with a `serve` signature: float images in [0, 1] -> classes and probabilities."""
+
+    def __init__(self, model: Classifier) -> None:
+        super().__init__(name="serving_model")
+        self.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec([None, NUM_PIXELS], tf.float32, name="images")])
+    def serve(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        logits = self.model(images)
+        return {"classes": tf.argmax(logits, axis=1), "probabilities": tf.nn.softmax(logits)}
+
+
+def export_model(model: Classifier, ema: MovingAverage, directory: Path) -> Path:
+    """Save the model with its moving-average weights in place of the trained ones."""
+    with ema.applied(list(model.trainable_variables)):
+        serving = ServingModel(model)
+        tf.saved_model.save(serving, str(directory), signatures={"serving_default": serving.serve})
+    return directory

@@ -1,0 +1,85 @@
+"""The classic models as plain tf.Modules: the MLP 784-500-10 and LeNet-5, with their L2 term."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from hvd_mnist.data.idx import IMAGE_SIDE, NUM_CLASSES, NUM_PIXELS
+
+INIT_STDDEV = 0.1
+
+
+def _weight(shape: list[int], name: str) -> tf.Variable:
+    return tf.Variable(tf.random.truncated_normal(shape, stddev=INIT_STDDEV), name=name)
+
+
+def _bias(size: int, name: str) -> tf.Variable:
+    return tf.Variable(tf.zeros([size]), name=name)
+
+
+class Classifier(tf.Module):
+    """Common interface: logits for float images [B, 784]; `weights` are the L2-regularized variables."""
+
+    weights: tuple[tf.Variable, ...]
+
+    def l2_penalty(self, scale: float) -> tf.Tensor:
+        """scale * sum(w**2) / 2 over the weight matrices (biases are not regularized)."""
+        return scale * tf.add_n([tf.nn.l2_loss(w) for w in self.weights])
+
+
+class MLP(Classifier):
+    """784 -> 500 ReLU -> 10, the classic script's network."""
+
+    def __init__(self, hidden: int = 500) -> None:
+        super().__init__(name="mlp")
+        self.w1 = _weight([NUM_PIXELS, hidden], "layer1_weights")
+        self.b1 = _bias(hidden, "layer1_biases")
+        self.w2 = _weight([hidden, NUM_CLASSES], "layer2_weights")
+        self.b2 = _bias(NUM_CLASSES, "layer2_biases")
+        self.weights = (self.w1, self.w2)
+
+    def __call__(self, images: tf.Tensor) -> tf.Tensor:
+        hidden = tf.nn.relu(tf.matmul(images, self.w1) + self.b1)
+        return tf.matmul(hidden, self.w2) + self.b2
+
+
+class LeNet5(Classifier):
+    """conv5x5x32 - pool - conv5x5x64 - pool - fc512 - fc10 (the classic LeNet-5 variant, no dropout)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="lenet5")
+        self.conv1_w = _weight([5, 5, 1, 32], "conv1_weights")
+        self.conv1_b = _bias(32, "conv1_biases")
+        self.conv2_w = _weight([5, 5, 32, 64], "conv2_weights")
+        self.conv2_b = _bias(64, "conv2_biases")
+        flat = (IMAGE_SIDE // 4) ** 2 * 64
+        self.fc1_w = _weight([flat, 512], "fc1_weights")
+        self.fc1_b = _bias(512, "fc1_biases")
+        self.fc2_w = _weight([512, NUM_CLASSES], "fc2_weights")
+        self.fc2_b = _bias(NUM_CLASSES, "fc2_biases")
+        self.weights = (self.fc1_w, self.fc2_w)
+
+    def __call__(self, images: tf.Tensor) -> tf.Tensor:
+        x = tf.reshape(images, [-1, IMAGE_SIDE, IMAGE_SIDE, 1])
+        for w, b in ((self.conv1_w, self.conv1_b), (self.conv2_w, self.conv2_b)):
+            x = tf.nn.relu(tf.nn.conv2d(x, w, strides=1, padding="SAME") + b)
+            x = tf.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME")
+        x = tf.reshape(x, [-1, self.fc1_w.shape[0]])
+        x = tf.nn.relu(tf.matmul(x, self.fc1_w) + self.fc1_b)
+        return tf.matmul(x, self.fc2_w) + self.fc2_b
+
+
+def build_model(name: str) -> Classifier:
+    """Instantiate a model by its CLI name."""
+    return {"mlp": MLP, "lenet5": LeNet5}[name]()
+
+
+def regularized_loss(model: Classifier, logits: tf.Tensor, labels: tf.Tensor, l2_scale: float) -> tf.Tensor:
+    """Mean sparse softmax cross-entropy of the logits plus the model's L2 penalty, as in the classic script."""
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return tf.reduce_mean(cross_entropy) + model.l2_penalty(l2_scale)
+
+
+def correct_predictions(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """How many argmax predictions equal the labels (int64 scalar)."""
+    return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1), labels), tf.int64))

@@ -1,0 +1,77 @@
+"""Shared test helpers: small synthetic splits and real launchers (python, horovodrun, mpirun)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BIN = Path(sys.executable).parent
+TIMEOUT = 300
+
+
+def launcher_env() -> dict[str, str]:
+    """The environment every launched rank gets: quiet TensorFlow, no GPU probing, root allowed in mpirun."""
+    env = dict(os.environ)
+    env.update(
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    return env
+
+
+def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
+    """argv that starts `python -m hvd_mnist ARGS` on np_ ranks with the named launcher."""
+    module = [sys.executable, "-m", "hvd_mnist", *args]
+    if launcher == "python":
+        assert np_ == 1
+        return module
+    if launcher == "gloo":
+        return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}", *module]
+    if launcher == "horovodrun-mpi":
+        return [str(BIN / "horovodrun"), "--mpi", "-np", str(np_), "-H", f"localhost:{np_}", *module]
+    if launcher == "mpirun":
+        return ["mpirun", "--allow-run-as-root", "-np", str(np_), "--bind-to", "none", *module]
+    raise ValueError(launcher)
+
+
+def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None,
+                check: bool = True) -> subprocess.CompletedProcess:
+    """Run the trainer for real and return the finished process (output captured)."""
+    proc = subprocess.run(trainer_command(launcher, np_, *args), cwd=cwd, env=launcher_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"trainer exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
+                             f"stderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The events of a run's metrics.jsonl, in order."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def tiny_split():
+    """120 distinct synthetic examples whose first two pixels encode their index."""
+    from hvd_mnist.data.sources import Split
+
+    count = 120
+    images = np.random.default_rng(1).integers(0, 256, size=(count, 784), dtype=np.uint8)
+    images[:, 0], images[:, 1] = np.arange(count) // 256, np.arange(count) % 256
+    return Split(images, np.arange(count, dtype=np.int64) % 10)
+
+
+def example_ids(scaled_images: np.ndarray) -> list[int]:
+    """Recover tiny_split indices from pipeline output (pixels scaled to [0, 1])."""
+    pixels = np.rint(np.asarray(scaled_images)[:, :2] * 255.0).astype(int)
+    return list(pixels[:, 0] * 256 + pixels[:, 1])

@@ -1,0 +1,102 @@
+"""Real multi-process training under horovodrun (Gloo and MPI) and mpirun, on the offline MNIST sample."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import launcher_env, read_metrics, run_trainer, trainer_command
+
+pytestmark = pytest.mark.slow
+
+SHORT_RUN = ("--steps", "60", "--lr", "0.1", "--log-every", "10", "--summary-every", "10",
+             "--histogram-every", "30", "--checkpoint-every", "20")
+
+
+def checkpoint_tensors(run_dir, step):
+    """name -> value of every variable saved in ckpt-<step>."""
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{step}"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("model/", "ema/", "step/"))}
+
+
+def event_tags(run_dir):
+    files = list((run_dir / "events").glob("events.out.tfevents.*"))
+    tags = {value.tag for path in files for event in tf.compat.v1.train.summary_iterator(str(path))
+            for value in event.summary.value}
+    return files, tags
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "horovodrun-mpi"])
+def test_two_ranks_train_identically_and_only_rank0_writes(tmp_path, launcher):
+    run_dir = tmp_path / "run"
+    proc = run_trainer(launcher, 2, *SHORT_RUN, "--output-dir", str(run_dir))
+    events = read_metrics(run_dir)
+    start, end = events[0], events[-1]
+    assert (start["event"], start["world_size"], start["global_batch"]) == ("start", 2, 200)
+    assert end["event"] == "end" and end["step"] == 60
+    assert len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+    train = [e for e in events if e["event"] == "train"]
+    assert [e["step"] for e in train] == [10, 20, 30, 40, 50, 60]  # one writer: no duplicated lines
+    assert train[-1]["loss"] < 0.7 * train[0]["loss"]
+    assert all(e["examples_per_sec"] > 0 and e["lr"] > 0 for e in train)
+    files, tags = event_tags(run_dir)
+    assert len(files) == 1
+    assert {"loss", "accuracy", "learning_rate", "test_accuracy", "weights/layer1_weights",
+            "gradients/layer1_weights"} <= tags
+    saved = sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt-*.index"))
+    assert saved == ["ckpt-20.index", "ckpt-40.index", "ckpt-60.index"]
+    assert (run_dir / "export" / "saved_model.pb").is_file()
+    assert proc.stdout.count("step 60/60") + proc.stderr.count("step 60/60") == 1
+    assert 0.5 < end["test_accuracy"] <= 1.0
+
+
+def test_mpirun_rank1_writes_nothing(tmp_path):
+    """Each rank runs in its own working directory with a relative --output-dir: only rank 0's gets files."""
+    dirs = [tmp_path / "rank0", tmp_path / "rank1"]
+    for d in dirs:
+        d.mkdir()
+    args = [*SHORT_RUN, "--output-dir", "out"]
+    command = ["mpirun", "--allow-run-as-root", "--bind-to", "none"]
+    for i, d in enumerate(dirs):
+        command += [":"] if i else []
+        command += ["-np", "1", "-wdir", str(d), *trainer_command("python", 1, *args)]
+    proc = subprocess.run(command, env=launcher_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 rank(s) over mpi" in proc.stdout + proc.stderr
+    assert list(dirs[1].iterdir()) == []
+    out = dirs[0] / "out"
+    assert {p.name for p in out.iterdir()} == {"checkpoints", "config.json", "events", "export", "metrics.jsonl"}
+    end = read_metrics(out)[-1]
+    assert len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+
+
+def test_two_ranks_equal_one_rank_with_twice_the_batch(tmp_path):
+    """np=2 x batch 50 must follow np=1 x batch 100 on the same examples: same losses, same weights."""
+    common = ("--steps", "30", "--lr", "0.1", "--log-every", "1", "--checkpoint-every", "30", "--no-shuffle")
+    run_trainer("gloo", 2, *common, "--batch-size", "50", "--output-dir", str(tmp_path / "np2"))
+    run_trainer("python", 1, *common, "--batch-size", "100", "--output-dir", str(tmp_path / "np1"))
+    losses = {name: [e["loss"] for e in read_metrics(tmp_path / name) if e["event"] == "train"]
+              for name in ("np1", "np2")}
+    assert len(losses["np1"]) == 30
+    np.testing.assert_allclose(losses["np2"], losses["np1"], rtol=1e-4)
+    assert losses["np1"][-1] < losses["np1"][0]
+    np1, np2 = checkpoint_tensors(tmp_path / "np1", 30), checkpoint_tensors(tmp_path / "np2", 30)
+    assert np1.keys() == np2.keys() and len(np1) >= 9
+    for name in np1:
+        np.testing.assert_allclose(np2[name], np1[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_resume_reaches_the_same_weights(tmp_path):
+    common = ("--lr", "0.1", "--log-every", "10", "--checkpoint-every", "20")
+    run_trainer("gloo", 2, *common, "--steps", "60", "--output-dir", str(tmp_path / "full"))
+    run_trainer("gloo", 2, *common, "--steps", "30", "--output-dir", str(tmp_path / "split"))
+    run_trainer("gloo", 2, *common, "--steps", "60", "--output-dir", str(tmp_path / "split"), "--resume")
+    starts = [e for e in read_metrics(tmp_path / "split") if e["event"] == "start"]
+    assert [e["start_step"] for e in starts] == [0, 30]
+    full, resumed = checkpoint_tensors(tmp_path / "full", 60), checkpoint_tensors(tmp_path / "split", 60)
+    assert full.keys() == resumed.keys()
+    for name in full:
+        np.testing.assert_array_equal(resumed[name], full[name], err_msg=name)
