@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -67,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, and turn bad input into a one-line error with exit status 2."""
     args = build_parser().parse_args(argv)
     config = TrainConfig(**vars(args))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         config.validate()
         from hvd_mnist.runner import run  # imported late: TensorFlow and Horovod take seconds to load

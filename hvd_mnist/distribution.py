@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,8 +11,6 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import UserError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

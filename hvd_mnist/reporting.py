@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
-
-log = logging.getLogger("hvd_mnist")
 
 
 class Reporter:

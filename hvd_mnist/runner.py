@@ -17,11 +17,17 @@ log = logging.getLogger("hvd_mnist")
 
 
 def configure_logging(world: World) -> None:
-    """Rank 0 logs progress; the other ranks log warnings and errors only, tagged with their rank."""
-    level = logging.INFO if world.is_chief else logging.WARNING
+    """Rank 0 logs progress; the other ranks log warnings and errors only, tagged with their rank.
+
+    TensorFlow's own Python logger is held to errors, so the console shows the run, not the library.
+    """
     tag = "" if world.is_chief else f"[rank {world.rank}] "
-    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s {tag}%(message)s", datefmt="%H:%M:%S",
-                        force=True)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", datefmt="%H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.INFO if world.is_chief else logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
 
 def resolve_sources(config: TrainConfig) -> tuple[Source, Source | None, str]:

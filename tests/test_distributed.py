@@ -100,3 +100,10 @@ def test_resume_reaches_the_same_weights(tmp_path):
     assert full.keys() == resumed.keys()
     for name in full:
         np.testing.assert_array_equal(resumed[name], full[name], err_msg=name)
+
+
+def test_offline_mnist_reaches_the_stated_accuracy(tmp_path):
+    """README: two ranks, --lr 0.1, 2000 steps on the 4,000 offline digits reach >= 90% test accuracy."""
+    run_trainer("gloo", 2, "--lr", "0.1", "--steps", "2000", "--log-every", "500", "--output-dir", str(tmp_path / "r"))
+    end = read_metrics(tmp_path / "r")[-1]
+    assert end["test_accuracy"] >= 0.90, end

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,8 +11,6 @@ import numpy as np
 
 from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS, load_idx_split
 from hvd_mnist.errors import UserError
-
-log = logging.getLogger(__name__)
 
 DATASETS = ("mnist", "fashion_mnist")
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
