@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import tensorflow as tf
@@ -21,9 +22,15 @@ class Checkpoints:
     def latest(self) -> str | None:
         return self.manager.latest_checkpoint
 
-    def save(self, step: int) -> str:
-        """Write ckpt-<step>; the 'checkpoint' index file is updated only after the data is complete."""
-        return self.manager.save(checkpoint_number=step)
+    def save(self, step: int, before_commit: Callable[[], None] | None = None) -> str:
+        """Write ckpt-<step>'s files, then commit it by rewriting the 'checkpoint' index file atomically.
+
+        A crash before the commit leaves the index naming the previous checkpoint, so a restore never
+        picks up a half-written one. `before_commit` runs between the two (a fault-injection point).
+        """
+        callbacks = [lambda _path: before_commit()] if before_commit else None
+        options = tf.train.CheckpointOptions(experimental_write_callbacks=callbacks)
+        return self.manager.save(checkpoint_number=step, options=options)
 
     def restore_latest(self) -> str:
         """Load the newest checkpoint into the tracked objects, insisting that it matches them."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hvd_mnist.config import MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
-from hvd_mnist.errors import UserError
+from hvd_mnist.errors import RunEnded
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags, train, and turn bad input into a one-line error with exit status 2."""
+    """Parse flags and train; a run that cannot go on ends with one line on stderr and a non-zero status."""
     args = build_parser().parse_args(argv)
     config = TrainConfig(**vars(args))
     try:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         from hvd_mnist.runner import run  # imported late: TensorFlow and Horovod take seconds to load
 
         run(config)
-    except UserError as err:
-        print(f"hvd-mnist: error: {err}", file=sys.stderr)
-        return 2
+    except RunEnded as err:
+        print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
+        return err.exit_code
     return 0

@@ -10,6 +10,8 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.errors import UserError
 
 DEFAULT_ROOT = Path("runs")
+# Checkpoints (kept ones plus the one being written), events and the export of the largest model fit in this.
+MIN_FREE_BYTES = 256 * 2**20
 
 
 def default_run_dir() -> Path:
@@ -34,6 +36,10 @@ def prepare_run_dir(config: TrainConfig) -> Path:
         probe.unlink()
     except OSError as err:
         raise UserError(f"cannot write to the output directory {run_dir}: {err.strerror}") from None
+    free = shutil.disk_usage(run_dir).free
+    if free < MIN_FREE_BYTES:
+        raise UserError(f"the output directory {run_dir} has {free / 2**20:.1f} MiB free; "
+                        f"checkpoints and exports need at least {MIN_FREE_BYTES // 2**20} MiB")
     config_file = run_dir / "config.json"
     tmp = config_file.with_suffix(".json.tmp")
     tmp.write_text(config.to_json() + "\n")

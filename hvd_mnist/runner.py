@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import Source
-from hvd_mnist.data.records import check_record_files
+from hvd_mnist.data.records import check_record_files, validate_records
 from hvd_mnist.data.sources import load_dataset
 from hvd_mnist.distribution import World, on_chief, setup_world
 from hvd_mnist.rundir import prepare_run_dir
@@ -32,13 +32,15 @@ def configure_logging(world: World) -> None:
 
 def resolve_sources(config: TrainConfig) -> tuple[Source, Source | None, str]:
     """Training and test examples: TFRecord files when given, otherwise the chosen dataset in memory."""
+    test_files = check_record_files(config.test_records) if config.test_records else None
+    if test_files:
+        validate_records(test_files)
     if config.train_records:
         train_files = check_record_files(config.train_records)
-        test_files = check_record_files(config.test_records) if config.test_records else None
-        return train_files, test_files, f"TFRecords {', '.join(train_files)}"
+        count = validate_records(train_files)
+        return train_files, test_files, f"{count} examples in TFRecords {', '.join(train_files)}"
     dataset = load_dataset(config.dataset, config.data_dir)
-    test = check_record_files(config.test_records) if config.test_records else dataset.test
-    return dataset.train, test, dataset.description
+    return dataset.train, test_files or dataset.test, dataset.description
 
 
 def run(config: TrainConfig) -> RunResult:

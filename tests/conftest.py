@@ -44,10 +44,10 @@ def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
     raise ValueError(launcher)
 
 
-def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None,
-                check: bool = True) -> subprocess.CompletedProcess:
+def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None, check: bool = True,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the trainer for real and return the finished process (output captured)."""
-    proc = subprocess.run(trainer_command(launcher, np_, *args), cwd=cwd, env=launcher_env(),
+    proc = subprocess.run(trainer_command(launcher, np_, *args), cwd=cwd, env={**launcher_env(), **(extra_env or {})},
                           capture_output=True, text=True, timeout=TIMEOUT)
     if check and proc.returncode != 0:
         raise AssertionError(f"trainer exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"

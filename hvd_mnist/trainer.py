@@ -1,0 +1,116 @@
+"""The model, its Horovod-wrapped SGD, the global step, the moving averages and the compiled steps."""
+
+from __future__ import annotations
+
+import hashlib
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_mnist.config import TrainConfig
+from hvd_mnist.data.idx import NUM_PIXELS
+from hvd_mnist.data.pipeline import Source, eval_dataset
+from hvd_mnist.distribution import World
+from hvd_mnist.model import build_model, correct_predictions, regularized_loss
+from hvd_mnist.schedule import MovingAverage, learning_rate
+
+IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.float32)
+LABELS_SPEC = tf.TensorSpec([None], tf.int64)
+FLAG_SPEC = tf.TensorSpec([], tf.float32)
+
+
+class Trainer:
+    """Everything that is trained, checkpointed and kept equal across ranks."""
+
+    def __init__(self, config: TrainConfig, world: World) -> None:
+        tf.random.set_seed(config.seed)
+        self.config = config
+        self.world = world
+        self.model = build_model(config.model)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # The global batch the checkpointed weights were trained with, to report world-size changes on resume.
+        self.global_batch = tf.Variable(config.batch_size * world.size, dtype=tf.int64, trainable=False)
+        decay_steps = config.decay_steps(world.size)
+        lr_scale = float(world.size) if config.scale_lr else 1.0
+        self.learning_rate = lambda: learning_rate(
+            self.step, config.lr, config.lr_decay, decay_steps, lr_scale, config.warmup_steps
+        )
+        # A TF1-style optimizer: Horovod's DistributedOptimizer allreduces its gradients reliably,
+        # whereas wrapping a Keras 3 optimizer silently applies each rank's local gradient.
+        self.sgd = tf.compat.v1.train.GradientDescentOptimizer(self.learning_rate)
+        self.optimizer = hvd.DistributedOptimizer(self.sgd)
+        self.ema = MovingAverage(list(self.model.trainable_variables), config.ema_decay)
+
+    def trackables(self) -> dict[str, tf.Module | tf.Variable]:
+        """What a checkpoint holds."""
+        return {"step": self.step, "global_batch": self.global_batch, "model": self.model,
+                "optimizer": self.sgd, "ema": self.ema}
+
+    def broadcast_from_chief(self) -> None:
+        """Give every rank rank 0's weights, moving averages and step (after initialization or restore)."""
+        hvd.broadcast_variables([*self.model.trainable_variables, *self.ema.shadows, self.step, self.global_batch],
+                                root_rank=0)
+
+    @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC, FLAG_SPEC], reduce_retracing=True)
+    def train_step(self, images: tf.Tensor, labels: tf.Tensor, stop_flag: tf.Tensor) -> dict[str, tf.Tensor]:
+        """One synchronous SGD step on the rank-averaged gradient.
+
+        Returns the rank-averaged loss and batch accuracy, the LR used, the averaged gradients, and
+        `stop`: above zero when any rank asked to stop (all ranks see the same value, so they stop together).
+        """
+        variables = list(self.model.trainable_variables)
+        captured = {}
+
+        def compute_loss() -> tf.Tensor:
+            captured["logits"] = self.model(images)
+            captured["loss"] = regularized_loss(self.model, captured["logits"], labels, self.config.l2)
+            return captured["loss"]
+
+        grads_and_vars = self.optimizer.compute_gradients(compute_loss, var_list=variables)
+        lr = self.learning_rate()
+        self.optimizer.apply_gradients(grads_and_vars)
+        self.ema.update(variables, self.step)
+        self.step.assign_add(1)
+        batch = tf.cast(tf.shape(labels)[0], tf.float32)
+        accuracy = tf.cast(correct_predictions(captured["logits"], labels), tf.float32) / batch
+        mean_loss, mean_accuracy, stop = tf.unstack(
+            hvd.allreduce(tf.stack([captured["loss"], accuracy, stop_flag]), op=hvd.Average)
+        )
+        return {"loss": mean_loss, "accuracy": mean_accuracy, "lr": lr, "stop": stop,
+                "grads": [g for g, _ in grads_and_vars]}
+
+    @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True)
+    def count_correct(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        return correct_predictions(self.model(images), labels)
+
+    def evaluate_ema(self, source: Source) -> float:
+        """Test accuracy of the moving-average weights over all ranks' shards of the test set."""
+        correct = tf.constant(0, tf.int64)
+        seen = tf.constant(0, tf.int64)
+        with self.ema.applied(list(self.model.trainable_variables)):
+            for images, labels in eval_dataset(source, self.config.eval_batch_size, self.world.rank, self.world.size):
+                correct += self.count_correct(images, labels)
+                seen += tf.size(labels, out_type=tf.int64)
+        total_correct, total_seen = hvd.allreduce(tf.stack([correct, seen]), op=hvd.Sum, name="eval_counts").numpy()
+        return float(total_correct) / max(int(total_seen), 1)
+
+    def weights_finite(self) -> bool:
+        """False if any weight or moving average holds NaN or Inf (never checkpoint such a state)."""
+        values = [*self.model.trainable_variables, *self.ema.shadows]
+        return all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in values)
+
+    def weights_digest(self) -> str:
+        """SHA-256 of the trained weights' bytes, to prove that ranks hold bit-identical weights."""
+        digest = hashlib.sha256()
+        for var in self.model.trainable_variables:
+            digest.update(var.numpy().tobytes())
+        return digest.hexdigest()
+
+    def histograms(self, grads: list[tf.Tensor]) -> dict[str, tf.Tensor]:
+        """TensorBoard histograms of each weight and its averaged gradient."""
+        values = {}
+        for var, grad in zip(self.model.trainable_variables, grads, strict=True):
+            name = var.name.split(":")[0]
+            values[f"weights/{name}"] = var
+            values[f"gradients/{name}"] = grad
+        return values

@@ -1,0 +1,142 @@
+"""Faults done for real: killed workers, crashes mid-save, signals, divergence, world-size changes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import launcher_env, read_metrics, run_trainer, trainer_command
+
+pytestmark = pytest.mark.slow
+
+RUN = ("--lr", "0.1", "--log-every", "10", "--checkpoint-every", "20")
+
+
+def latest_step(run_dir: Path) -> int | None:
+    path = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    return None if path is None else int(path.rsplit("-", 1)[1])
+
+
+def assert_checkpoint_readable(run_dir: Path, step: int) -> None:
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{step}"))
+    values = [reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith("model/")]
+    assert len(values) == 4 and all(np.isfinite(v).all() for v in values)
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if "hvd-mnist: " in line]
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpirun"])
+def test_killed_worker_ends_the_job_and_resume_finishes(tmp_path, launcher):
+    run_dir = tmp_path / "run"
+    args = (*RUN, "--steps", "120", "--output-dir", str(run_dir))
+    env = {"HVD_MNIST_FAULT": "step:rank=1:step=57"}  # SIGKILL rank 1 right after step 57
+    started = time.monotonic()
+    proc = run_trainer(launcher, 2, *args, check=False, extra_env=env)
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert elapsed < 120, f"the job took {elapsed:.0f}s to notice the dead worker"
+    last_event = read_metrics(run_dir)[-1]
+    detect_seconds = time.time() - last_event["time"]  # upper bound: from rank 0's last log line to now
+    assert last_event["step"] == 50 and detect_seconds < 60
+    assert latest_step(run_dir) == 40
+    assert_checkpoint_readable(run_dir, 40)
+    resumed = run_trainer(launcher, 2, *args, "--resume")
+    events = read_metrics(run_dir)
+    start = [e for e in events if e["event"] == "start"][-1]
+    assert start["start_step"] == 40 and 57 - start["start_step"] <= 20  # steps redone <= --checkpoint-every
+    assert events[-1]["event"] == "end" and events[-1]["step"] == 120
+    assert "resumed from" in resumed.stdout + resumed.stderr
+
+
+def test_kill_during_checkpoint_write_never_leaves_a_half_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ("--steps", "60", *RUN, "--output-dir", str(run_dir))
+    proc = run_trainer("gloo", 2, *args, check=False, extra_env={"HVD_MNIST_FAULT": "save:rank=0:step=40"})
+    assert proc.returncode != 0
+    assert (run_dir / "checkpoints" / "ckpt-40.index").exists()  # its files were written ...
+    assert latest_step(run_dir) == 20  # ... but never committed, so restore ignores them
+    run_trainer("gloo", 2, *args, "--resume")
+    starts = [e["start_step"] for e in read_metrics(run_dir) if e["event"] == "start"]
+    assert starts == [0, 20] and latest_step(run_dir) == 60
+    assert_checkpoint_readable(run_dir, 60)
+
+
+@pytest.mark.parametrize(("first", "second"), [(2, 1), (1, 2)])
+def test_resume_with_a_different_world_size(tmp_path, first, second):
+    run_dir = tmp_path / "run"
+    launch = {1: "python", 2: "gloo"}
+    run_trainer(launch[first], first, *RUN, "--steps", "40", "--output-dir", str(run_dir))
+    proc = run_trainer(launch[second], second, *RUN, "--steps", "60", "--output-dir", str(run_dir), "--resume")
+    assert f"global batch changes from {100 * first} to {100 * second}" in proc.stdout + proc.stderr
+    events = read_metrics(run_dir)
+    assert [e["world_size"] for e in events if e["event"] == "start"] == [first, second]
+    assert events[-1]["event"] == "end" and len(events[-1]["weights_sha256"]) == second
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """PID of the trainer process of `rank` whose command line contains marker."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hvd_mnist" in cmdline and marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_on_rank0_checkpoints_and_stops_every_rank(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    command = trainer_command("gloo", 2, *RUN, "--steps", "100000", "--output-dir", str(run_dir))
+    proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            metrics = run_dir / "metrics.jsonl"
+            if metrics.exists() and any(e["event"] == "train" and e["step"] >= 30 for e in read_metrics(run_dir)):
+                break
+            time.sleep(0.2)
+        pid = _rank_pid(str(run_dir), 0)
+        assert pid is not None, "rank 0 not found"
+        os.kill(pid, signum)
+        sent = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        stop_seconds = time.monotonic() - sent
+    finally:
+        proc.kill()
+        proc.wait()
+    stopped = read_metrics(run_dir)[-1]
+    assert stopped["event"] == "stopped" and stopped["reason"] == signal.Signals(signum).name
+    assert latest_step(run_dir) == stopped["step"]
+    assert_checkpoint_readable(run_dir, stopped["step"])
+    assert f"hvd-mnist: stopped: {signal.Signals(signum).name} at step {stopped['step']}" in output
+    assert stop_seconds < 30
+    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None
+
+
+def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_trainer("gloo", 2, "--lr", "1e6", "--steps", "200", "--checkpoint-every", "1",
+                       "--output-dir", str(run_dir), check=False)
+    assert proc.returncode != 0
+    lines = error_lines(proc)
+    assert len(lines) == 2 and all("hvd-mnist: error: loss is nan at step" in line for line in lines), lines
+    steps = {int(line.split("at step ")[1].split(";")[0]) for line in lines}
+    assert len(steps) == 1  # both ranks stopped at the same step
+    bad_step = steps.pop()
+    good = latest_step(run_dir)
+    assert good is None or good < bad_step
+    if good is not None:
+        assert_checkpoint_readable(run_dir, good)
