@@ -48,8 +48,8 @@ def run(config: TrainConfig) -> RunResult:
     config.validate()
     world = setup_world()
     configure_logging(world)
+    train_source, test_source, description = resolve_sources(config)  # bad data fails before any file is written
     run_dir: Path = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
-    train_source, test_source, description = resolve_sources(config)
     global_batch = config.batch_size * world.size
     log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
     log.info("data: %s", description)

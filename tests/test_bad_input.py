@@ -1,0 +1,196 @@
+"""Bad input, end to end: one clear line on stderr, exit status 2, no traceback, nothing overwritten."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import launcher_env, run_trainer
+
+from hvd_mnist.data.idx import LABELS_MAGIC, write_idx
+from hvd_mnist.data.records import serialize_example, write_records
+from hvd_mnist.data.sources import Split
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hvd_mnist", *args], capture_output=True, text=True,
+                          env=launcher_env(), cwd=cwd, timeout=120)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("hvd-mnist: error: ") and expected in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def idx_dir(tmp_path, images=None, labels=None):
+    """A data dir with valid test files and the given (default: valid) train files."""
+    tmp_path.mkdir()
+    rng = np.random.default_rng(0)
+    valid_images, valid_labels = rng.integers(0, 256, (20, 28, 28), dtype=np.uint8), np.arange(20, dtype=np.uint8) % 10
+    for prefix in ("train", "t10k"):
+        write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", valid_images)
+        write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", valid_labels)
+    if images is not None:
+        write_idx(tmp_path / "train-images-idx3-ubyte.gz", images)
+    if labels is not None:
+        write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
+    return tmp_path
+
+
+def tfrecord_file(path, examples):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for example in examples:
+            writer.write(example)
+    return path
+
+
+def corrupt_bytes(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def example_without_label():
+    feature = {"image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(784)])),
+               "pixels": tf.train.Feature(int64_list=tf.train.Int64List(value=[784]))}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def valid_records(path):
+    images = np.random.default_rng(0).integers(0, 256, (300, 784), dtype=np.uint8)
+    write_records(path, Split(images, np.arange(300) % 10))
+    return path
+
+
+def test_idx_with_wrong_magic(tmp_path):
+    data = idx_dir(tmp_path / "d", images=np.zeros(20, np.uint8))  # a labels file where images belong
+    proc = run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run"))
+    assert_one_line_error(proc, f"wrong IDX magic number 0x{LABELS_MAGIC:08x}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_truncated_idx(tmp_path):
+    data = idx_dir(tmp_path / "d")
+    path = data / "train-labels-idx1-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:12])
+    assert_one_line_error(run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run")),
+                          "cannot read IDX file")
+
+
+def test_image_label_count_mismatch(tmp_path):
+    data = idx_dir(tmp_path / "d", labels=np.zeros(19, np.uint8))
+    assert_one_line_error(run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run")),
+                          "has 20 images but train-labels-idx1-ubyte.gz has 19 labels")
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: corrupt_bytes(valid_records(p)), "corrupted record"),
+        (lambda p: tfrecord_file(p, [example_without_label()]), "Feature: label"),
+        (lambda p: tfrecord_file(p, [serialize_example(np.zeros(100, np.uint8), 3)]), "pixels is not 784"),
+        (lambda p: tfrecord_file(p, [serialize_example(np.zeros(784, np.uint8), 11)]), "label outside 0..9"),
+    ],
+    ids=["crc", "missing-feature", "wrong-pixels", "label-range"],
+)
+def test_bad_tfrecords(tmp_path, make, expected):
+    path = make(tmp_path / "train.tfrecords")
+    proc = run_cli("--train-records", str(path), "--output-dir", str(tmp_path / "run"))
+    assert_one_line_error(proc, f"bad TFRecord file {path}: ")
+    assert expected in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--batch-size", "0"], "--batch-size must be positive"),
+        (["--steps", "0"], "--steps must be positive"),
+        (["--lr", "-0.5"], "--lr must be positive"),
+        (["--model", "resnet"], "invalid choice: 'resnet'"),
+        (["--data-dir", "/nonexistent/mnist"], "data directory not found: /nonexistent/mnist"),
+    ],
+)
+def test_bad_flags(tmp_path, flags, expected):
+    assert_one_line_error(run_cli(*flags, "--output-dir", str(tmp_path / "run")), expected)
+
+
+def test_resume_without_checkpoint(tmp_path):
+    (tmp_path / "run").mkdir()
+    assert_one_line_error(run_cli("--output-dir", str(tmp_path / "run"), "--resume"), "--resume: no checkpoints in")
+
+
+def test_resume_from_another_models_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    run_trainer("python", 1, "--steps", "5", "--output-dir", str(run_dir))
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    proc = run_cli("--model", "lenet5", "--steps", "10", "--output-dir", str(run_dir), "--resume")
+    assert_one_line_error(proc, "does not fit this model")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+
+
+def test_output_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_one_line_error(run_cli("--output-dir", str(blocker / "run"), "--steps", "5"),
+                          "cannot write to the output directory")
+
+
+@pytest.fixture
+def tiny_mount(tmp_path):
+    """A 1 MiB tmpfs (needs root and mount rights; skipped where mounting is not allowed)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_full_output_filesystem_is_detected_before_training(tiny_mount):
+    proc = run_cli("--output-dir", str(tiny_mount / "run"), "--steps", "5")
+    assert_one_line_error(proc, "MiB free; checkpoints and exports need at least 256 MiB")
+    assert not (tiny_mount / "run" / "checkpoints").exists()
+
+
+def test_read_only_output_filesystem(tiny_mount):
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_mount)], check=True)
+    assert_one_line_error(run_cli("--output-dir", str(tiny_mount / "run"), "--steps", "5"),
+                          "cannot write to the output directory")
+
+
+def test_overwrite_replaces_only_when_asked(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("old run\n")
+    assert_one_line_error(run_cli("--output-dir", str(run_dir), "--steps", "5"), "already holds a run")
+    assert (run_dir / "metrics.jsonl").read_text() == "old run\n"
+    run_trainer("python", 1, "--output-dir", str(run_dir), "--steps", "5", "--overwrite")
+    assert "old run" not in (run_dir / "metrics.jsonl").read_text()
+
+
+def test_bad_input_under_horovodrun_ends_every_rank(tmp_path):
+    proc = run_trainer("gloo", 2, "--data-dir", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "run"),
+                       check=False)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert output.count(f"hvd-mnist: error: data directory not found: {tmp_path / 'missing'}") == 2
+
+
+def test_no_unpickling_or_eval_in_the_package():
+    """Nothing read from disk is unpickled, and no flag is evaluated as code."""
+    import hvd_mnist
+
+    root = hvd_mnist.__file__.rsplit("/", 1)[0]
+    sources = subprocess.run(["grep", "-rnE", r"pickle|\beval\(|\bexec\(|allow_pickle=True|np\.load\(", root,
+                              "--include=*.py"], capture_output=True, text=True)
+    assert sources.stdout == ""
