@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="weight and gradient histograms every N steps")
     out.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="(default: %(default)s)")
     out.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="(default: %(default)s)")
+    elastic = parser.add_argument_group("elastic training (horovodrun --min-np/--max-np --host-discovery-script)")
+    elastic.add_argument("--elastic", action="store_true",
+                         help="keep training when workers leave or join (Horovod Elastic, Gloo)")
+    elastic.add_argument("--commit-every", type=int, default=d.commit_every,
+                         help="elastic state commit interval; a lost worker costs at most this many steps")
     out.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size, help=argparse.SUPPRESS)
     return parser
 

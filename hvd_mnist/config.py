@@ -43,11 +43,13 @@ class TrainConfig:
     eval_batch_size: int = 1000
     resume: bool = False
     overwrite: bool = False
+    elastic: bool = False
+    commit_every: int = 10
 
     def validate(self) -> None:
         """Raise UserError naming the first flag that makes no sense."""
         positive = ("batch_size", "steps", "decay_examples", "log_every", "summary_every",
-                    "histogram_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size")
+                    "histogram_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size", "commit_every")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -64,6 +66,8 @@ class TrainConfig:
             raise UserError(f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
         if self.resume and self.output_dir is None:
             raise UserError("--resume needs --output-dir naming the run to continue")
+        if self.elastic and self.output_dir is None:
+            raise UserError("--elastic needs --output-dir: workers that join later must find the same run")
         if self.resume and self.overwrite:
             raise UserError("--resume and --overwrite contradict each other")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ class World:
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    def refreshed(self) -> World:
+        """The same process after an elastic reset: new rank and size, same device."""
+        return dataclasses.replace(self, rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                                   local_size=hvd.local_size())
 
 
 def launched_by_plain_mpirun() -> bool:

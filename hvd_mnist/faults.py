@@ -1,7 +1,8 @@
-"""Fault injection for the reliability tests: HVD_MNIST_FAULT=<point>:rank=<r>:step=<n> kills this process.
+"""Fault injection for the reliability tests: HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:once=<file>].
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
-updated). The kill is a real SIGKILL, so nothing in the process gets to clean up.
+updated). The kill is a real SIGKILL, so nothing in the process gets to clean up. With `once`, the
+first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import signal
 ENV_VAR = "HVD_MNIST_FAULT"
 
 
-def _parse(spec: str) -> tuple[str, int | None, int]:
+def _parse(spec: str) -> tuple[str, int | None, int, str | None]:
     point, *fields = spec.split(":")
     values = dict(field.split("=", 1) for field in fields)
     rank = int(values["rank"]) if "rank" in values else None
-    return point, rank, int(values["step"])
+    return point, rank, int(values["step"]), values.get("once")
 
 
 def maybe_kill(point: str, rank: int, step: int) -> None:
@@ -24,6 +25,12 @@ def maybe_kill(point: str, rank: int, step: int) -> None:
     spec = os.environ.get(ENV_VAR)
     if not spec:
         return
-    want_point, want_rank, want_step = _parse(spec)
-    if want_point == point and want_step == step and want_rank in (None, rank):
-        os.kill(os.getpid(), signal.SIGKILL)
+    want_point, want_rank, want_step, once_file = _parse(spec)
+    if want_point != point or want_step != step or want_rank not in (None, rank):
+        return
+    if once_file is not None:
+        try:
+            os.close(os.open(once_file, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)

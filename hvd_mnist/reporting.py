@@ -1,13 +1,18 @@
-"""Rank 0's outputs about training: progress lines, a JSON-lines metrics file and TensorBoard events."""
+"""What rank 0 tells about training: console log lines, a JSON-lines metrics file and TensorBoard events."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
+
+from hvd_mnist.distribution import World
+
+log = logging.getLogger("hvd_mnist")
 
 
 class Reporter:
@@ -66,3 +71,17 @@ class Throughput:
         steps = max(self._steps, 1)
         self._start, self._steps = time.perf_counter(), 0
         return self.global_batch * steps / elapsed, elapsed / steps
+
+
+def configure_logging(world: World) -> None:
+    """Rank 0 logs progress; the other ranks log warnings and errors only, tagged with their rank.
+
+    TensorFlow's own Python logger is held to errors, so the console shows the run, not the library.
+    """
+    tag = "" if world.is_chief else f"[rank {world.rank}] "
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", datefmt="%H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.INFO if world.is_chief else logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)

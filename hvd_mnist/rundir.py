@@ -22,6 +22,9 @@ def default_run_dir() -> Path:
 def prepare_run_dir(config: TrainConfig) -> Path:
     """Create (or, with --resume, reopen) the run directory and check it can be written; rank 0 only."""
     run_dir = Path(config.output_dir) if config.output_dir is not None else default_run_dir()
+    config_file = run_dir / "config.json"
+    if config.elastic and config_file.is_file() and config_file.read_text() == config.to_json() + "\n":
+        return run_dir  # a worker (re)joining this elastic job as rank 0
     if config.resume:
         if not (run_dir / "checkpoints").is_dir():
             raise UserError(f"--resume: no checkpoints in {run_dir}")
@@ -40,7 +43,6 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     if free < MIN_FREE_BYTES:
         raise UserError(f"the output directory {run_dir} has {free / 2**20:.1f} MiB free; "
                         f"checkpoints and exports need at least {MIN_FREE_BYTES // 2**20} MiB")
-    config_file = run_dir / "config.json"
     tmp = config_file.with_suffix(".json.tmp")
     tmp.write_text(config.to_json() + "\n")
     tmp.replace(config_file)

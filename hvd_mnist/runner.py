@@ -9,25 +9,12 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import Source
 from hvd_mnist.data.records import check_record_files, validate_records
 from hvd_mnist.data.sources import load_dataset
-from hvd_mnist.distribution import World, on_chief, setup_world
+from hvd_mnist.distribution import on_chief, setup_world
+from hvd_mnist.reporting import configure_logging
 from hvd_mnist.rundir import prepare_run_dir
 from hvd_mnist.train import RunResult, train
 
 log = logging.getLogger("hvd_mnist")
-
-
-def configure_logging(world: World) -> None:
-    """Rank 0 logs progress; the other ranks log warnings and errors only, tagged with their rank.
-
-    TensorFlow's own Python logger is held to errors, so the console shows the run, not the library.
-    """
-    tag = "" if world.is_chief else f"[rank {world.rank}] "
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", datefmt="%H:%M:%S"))
-    log.handlers[:] = [handler]
-    log.propagate = False
-    log.setLevel(logging.INFO if world.is_chief else logging.WARNING)
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
 
 def resolve_sources(config: TrainConfig) -> tuple[Source, Source | None, str]:
@@ -49,7 +36,12 @@ def run(config: TrainConfig) -> RunResult:
     world = setup_world()
     configure_logging(world)
     train_source, test_source, description = resolve_sources(config)  # bad data fails before any file is written
-    run_dir: Path = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
+    if config.elastic:
+        # No collective before hvd.elastic.run: a worker joining later must not wait for one. The
+        # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.
+        run_dir = prepare_run_dir(config) if world.is_chief else Path(config.output_dir)
+    else:
+        run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
     global_batch = config.batch_size * world.size
     log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
     log.info("data: %s", description)

@@ -12,18 +12,17 @@ def learning_rate(
     step: tf.Tensor,
     base_lr: float,
     decay_rate: float,
-    decay_steps: float,
-    scale: float = 1.0,
+    decay_steps: tf.Tensor | float,
+    scale: tf.Tensor | float = 1.0,
     warmup_steps: int = 0,
 ) -> tf.Tensor:
     """base_lr * decay_rate ** (step / decay_steps), times a factor that ramps linearly from 1 to `scale`.
 
-    With `--scale-lr`, scale is hvd.size() and the ramp lasts `warmup_steps` (Goyal et al., 2017).
+    With `--scale-lr`, scale is hvd.size() and the ramp lasts `warmup_steps` (Goyal et al., 2017); with a
+    scale of 1 the factor is exactly 1.
     """
     step = tf.cast(step, tf.float32)
     decayed = base_lr * tf.pow(decay_rate, step / decay_steps)
-    if scale == 1.0:
-        return decayed
     progress = tf.minimum(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
     return decayed * (1.0 + (scale - 1.0) * progress)
 

@@ -15,10 +15,11 @@ from hvd_mnist.checkpointing import Checkpoints
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import Source, train_dataset
 from hvd_mnist.distribution import World, on_chief
+from hvd_mnist.elastic import VariablesState
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WorkerLost
 from hvd_mnist.export import export_model
 from hvd_mnist.faults import maybe_kill
-from hvd_mnist.reporting import Reporter, Throughput
+from hvd_mnist.reporting import Reporter, Throughput, configure_logging
 from hvd_mnist.stopping import StopSignal
 from hvd_mnist.trainer import Trainer
 
@@ -35,8 +36,8 @@ class RunResult:
     weights_sha256: list[str]
 
 
-def _restore(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig) -> int:
-    """Load the latest checkpoint on rank 0, share it with every rank, and return the step to continue from."""
+def _restore(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig) -> None:
+    """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
     if config.resume:
         log.info("resumed from %s", on_chief(world, checkpoints.restore_latest, "restore"))
     trainer.broadcast_from_chief()
@@ -48,7 +49,6 @@ def _restore(trainer: Trainer, checkpoints: Checkpoints, world: World, config: T
         log.warning("global batch changes from %d to %d (%d rank(s) x %d) at step %d; the LR schedule follows the "
                     "new global batch", previous, current, world.size, config.batch_size, start_step)
         trainer.global_batch.assign(current)
-    return start_step
 
 
 def _last_checkpoint(checkpoints: Checkpoints, world: World) -> str:
@@ -66,8 +66,12 @@ def _save(trainer: Trainer, checkpoints: Checkpoints, world: World, step: int) -
 
 
 def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
-          batches: tf.data.Iterator, start_step: int, stop: StopSignal) -> float:
-    """Train from start_step to config.steps; returns the last rank-averaged loss."""
+          batches: tf.data.Iterator, start_step: int, stop: StopSignal, elastic: VariablesState | None) -> float:
+    """Train from start_step to config.steps; returns the last rank-averaged loss.
+
+    In elastic mode the state is committed every --commit-every steps, and a failed collective is left
+    to Horovod Elastic, which rolls back to the last commit and carries on with the ranks that remain.
+    """
     throughput = Throughput(config.batch_size * world.size)
     loss = math.nan
     for step in range(start_step + 1, config.steps + 1):
@@ -75,6 +79,8 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
         try:
             metrics = trainer.train_step(images, labels, stop.flag)
         except tf.errors.OpError:
+            if elastic is not None:
+                raise
             raise WorkerLost(f"collective failed at step {step}: a worker died or is unreachable"
                              f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
         throughput.tick()
@@ -82,6 +88,8 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
         if not math.isfinite(loss):
             raise RunEnded(f"loss is {loss} at step {step}; all ranks stopped{_last_checkpoint(checkpoints, world)}")
         maybe_kill("step", world.rank, step)
+        if elastic is not None and step % config.commit_every == 0:
+            elastic.commit()
         if step % config.log_every == 0 or step == config.steps:
             examples_per_sec, sec_per_batch = throughput.read()
             lr, accuracy = float(metrics["lr"]), float(metrics["accuracy"])
@@ -114,7 +122,7 @@ def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Sourc
     log.info("weights identical on all %d ranks (sha256 %s)", world.size, digests[0][:16])
     accuracy = None
     if test_source is not None:
-        accuracy = trainer.evaluate_ema(test_source)
+        accuracy = trainer.evaluate_ema(test_source, world)
         log.info("test accuracy with moving-average weights: %.4f", accuracy)
         reporter.scalars(config.steps, {"test_accuracy": accuracy})
     if world.is_chief:
@@ -123,24 +131,54 @@ def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Sourc
     return accuracy, digests
 
 
-def train(config: TrainConfig, world: World, output_dir: Path, train_source: Source,
-          test_source: Source | None) -> RunResult:
-    """Run (or resume) training to config.steps, then evaluate with the moving averages and export."""
-    trainer = Trainer(config, world)
-    checkpoints = Checkpoints(output_dir / "checkpoints", config.keep_checkpoints, **trainer.trackables())
-    start_step = _restore(trainer, checkpoints, world, config)
+def _run(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
+         sources: tuple[Source, Source | None], elastic: VariablesState | None = None) -> RunResult:
+    """Train from the trainer's current step to the end, then check, evaluate and export."""
+    configure_logging(world)
+    start_step = int(trainer.step.numpy())
     reporter = Reporter(output_dir, enabled=world.is_chief)
     reporter.event("start", start_step=start_step, world_size=world.size, global_batch=config.batch_size * world.size)
-    batches = iter(train_dataset(train_source, config.batch_size, world.rank, world.size, config.seed,
+    batches = iter(train_dataset(sources[0], config.batch_size, world.rank, world.size, config.seed,
                                  shuffle=config.shuffle, start_step=start_step))
     stop = StopSignal()
     stop.install()
     try:
-        final_loss = _loop(trainer, checkpoints, world, config, reporter, batches, start_step, stop)
+        final_loss = _loop(trainer, checkpoints, world, config, reporter, batches, start_step, stop, elastic)
         stop.uninstall()
-        accuracy, digests = _finish(trainer, world, output_dir, test_source, reporter, config)
+        accuracy, digests = _finish(trainer, world, output_dir, sources[1], reporter, config)
         reporter.event("end", step=config.steps, loss=final_loss, test_accuracy=accuracy, weights_sha256=digests)
     finally:
         stop.uninstall()
         reporter.close()
     return RunResult(config.steps, final_loss, accuracy, digests)
+
+
+def _run_elastic(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
+                 sources: tuple[Source, Source | None]) -> RunResult:
+    """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
+    if config.resume:
+        log.info("resumed from %s", checkpoints.restore_latest())  # every process; the first sync agrees
+    state = VariablesState(trainer.synced_variables)
+
+    def on_reset() -> None:
+        trainer.set_world_size(hvd.size())
+        log.warning("elastic reset: %d rank(s) now, continuing from step %d", hvd.size(), int(trainer.step.numpy()))
+
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def run(state: VariablesState) -> RunResult:
+        return _run(trainer, checkpoints, world.refreshed(), config, output_dir, sources, state)
+
+    return run(state)
+
+
+def train(config: TrainConfig, world: World, output_dir: Path, train_source: Source,
+          test_source: Source | None) -> RunResult:
+    """Run (or resume) training to config.steps, then evaluate with the moving averages and export."""
+    trainer = Trainer(config, world)
+    checkpoints = Checkpoints(output_dir / "checkpoints", config.keep_checkpoints, **trainer.trackables())
+    if config.elastic:
+        return _run_elastic(trainer, checkpoints, world, config, output_dir, (train_source, test_source))
+    _restore(trainer, checkpoints, world, config)
+    return _run(trainer, checkpoints, world, config, output_dir, (train_source, test_source))

@@ -25,21 +25,32 @@ class Trainer:
     def __init__(self, config: TrainConfig, world: World) -> None:
         tf.random.set_seed(config.seed)
         self.config = config
-        self.world = world
         self.model = build_model(config.model)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # The global batch the checkpointed weights were trained with, to report world-size changes on resume.
-        self.global_batch = tf.Variable(config.batch_size * world.size, dtype=tf.int64, trainable=False)
-        decay_steps = config.decay_steps(world.size)
-        lr_scale = float(world.size) if config.scale_lr else 1.0
+        self.global_batch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.decay_steps = tf.Variable(1.0, trainable=False)
+        self.lr_scale = tf.Variable(1.0, trainable=False)
+        self.set_world_size(world.size)
         self.learning_rate = lambda: learning_rate(
-            self.step, config.lr, config.lr_decay, decay_steps, lr_scale, config.warmup_steps
+            self.step, config.lr, config.lr_decay, self.decay_steps, self.lr_scale, config.warmup_steps
         )
         # A TF1-style optimizer: Horovod's DistributedOptimizer allreduces its gradients reliably,
         # whereas wrapping a Keras 3 optimizer silently applies each rank's local gradient.
         self.sgd = tf.compat.v1.train.GradientDescentOptimizer(self.learning_rate)
         self.optimizer = hvd.DistributedOptimizer(self.sgd)
         self.ema = MovingAverage(list(self.model.trainable_variables), config.ema_decay)
+
+    def set_world_size(self, size: int) -> None:
+        """Follow the number of ranks: global batch, LR decay period and (with --scale-lr) the LR scale."""
+        self.global_batch.assign(self.config.batch_size * size)
+        self.decay_steps.assign(self.config.decay_steps(size))
+        self.lr_scale.assign(float(size) if self.config.scale_lr else 1.0)
+
+    @property
+    def synced_variables(self) -> list[tf.Variable]:
+        """Everything that must be equal on every rank: weights, moving averages, step, global batch."""
+        return [*self.model.trainable_variables, *self.ema.shadows, self.step, self.global_batch]
 
     def trackables(self) -> dict[str, tf.Module | tf.Variable]:
         """What a checkpoint holds."""
@@ -48,8 +59,7 @@ class Trainer:
 
     def broadcast_from_chief(self) -> None:
         """Give every rank rank 0's weights, moving averages and step (after initialization or restore)."""
-        hvd.broadcast_variables([*self.model.trainable_variables, *self.ema.shadows, self.step, self.global_batch],
-                                root_rank=0)
+        hvd.broadcast_variables(self.synced_variables, root_rank=0)
 
     @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC, FLAG_SPEC], reduce_retracing=True)
     def train_step(self, images: tf.Tensor, labels: tf.Tensor, stop_flag: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -83,12 +93,12 @@ class Trainer:
     def count_correct(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         return correct_predictions(self.model(images), labels)
 
-    def evaluate_ema(self, source: Source) -> float:
+    def evaluate_ema(self, source: Source, world: World) -> float:
         """Test accuracy of the moving-average weights over all ranks' shards of the test set."""
         correct = tf.constant(0, tf.int64)
         seen = tf.constant(0, tf.int64)
         with self.ema.applied(list(self.model.trainable_variables)):
-            for images, labels in eval_dataset(source, self.config.eval_batch_size, self.world.rank, self.world.size):
+            for images, labels in eval_dataset(source, self.config.eval_batch_size, world.rank, world.size):
                 correct += self.count_correct(images, labels)
                 seen += tf.size(labels, out_type=tf.int64)
         total_correct, total_seen = hvd.allreduce(tf.stack([correct, seen]), op=hvd.Sum, name="eval_counts").numpy()

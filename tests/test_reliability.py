@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import launcher_env, read_metrics, run_trainer, trainer_command
+from conftest import BIN, launcher_env, read_metrics, run_trainer, trainer_command
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +140,28 @@ def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
     assert good is None or good < bad_step
     if good is not None:
         assert_checkpoint_readable(run_dir, good)
+
+
+def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path):
+    """Two single-slot 'hosts' (localhost, 127.0.0.1); one worker is killed; the survivor goes on alone,
+    and when the blacklisted host's cool-down ends a new worker joins and both finish with equal weights."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:1\n127.0.0.1:1\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    run_dir = tmp_path / "run"
+    command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
+               "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
+               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
+                                "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir))]
+    env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:once={tmp_path / 'fired'}"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "fired").exists()
+    starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
+    assert [e["world_size"] for e in starts] == [2, 1, 2]
+    assert 205 - starts[1]["start_step"] <= 10  # rolled back to the last commit, at most --commit-every steps
+    assert [e["global_batch"] for e in starts] == [200, 100, 200]
+    end = read_metrics(run_dir)[-1]
+    assert end["step"] == 3000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1

@@ -1,0 +1,38 @@
+"""Elastic training state: the variables that a Horovod Elastic reset rolls back and re-broadcasts."""
+
+from __future__ import annotations
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+from horovod.common.elastic import ObjectState
+
+
+class VariablesState(ObjectState):
+    """Commit = copy the variables' values; restore = put them back; sync = broadcast rank 0's.
+
+    Horovod's own TensorFlowState broadcasts only once, in its constructor, when running eagerly, so
+    a worker that joins later would keep its fresh initialization; this state broadcasts on every sync.
+    Its constructor runs no collective, so late joiners can build it before `hvd.elastic.run`.
+    """
+
+    def __init__(self, variables: list[tf.Variable]) -> None:
+        self.variables = variables
+        self._values = self._read()
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank)
+
+    def _read(self) -> list[tf.Tensor]:
+        return [tf.identity(var) for var in self.variables]
+
+    def save(self) -> None:
+        self._values = self._read()
+        super().save()
+
+    def restore(self) -> None:
+        for var, value in zip(self.variables, self._values, strict=True):
+            var.assign(value)
+        super().restore()
+
+    def sync(self) -> None:
+        hvd.broadcast_variables(self.variables, root_rank=0)
+        self._values = self._read()
+        super().sync()
