@@ -48,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--l2", type=float, default=d.l2, help="L2 regularization scale (default: %(default)s)")
     model.add_argument("--ema-decay", type=float, default=d.ema_decay, help="(default: %(default)s)")
     model.add_argument("--seed", type=int, default=d.seed, help="initialization and shuffling (default: %(default)s)")
+    speed = parser.add_argument_group("precision")
+    speed.add_argument("--mixed-precision", action="store_true",
+                       help="compute in float16 on float32 variables, with static loss scaling (for GPUs)")
+    speed.add_argument("--loss-scale", type=float, default=d.loss_scale,
+                       help="with --mixed-precision (default: %(default)s)")
+    speed.add_argument("--fp16-allreduce", action="store_true",
+                       help="send gradients as float16 in the allreduce (hvd.Compression.fp16): half the traffic")
     out = parser.add_argument_group("output (written by rank 0 only)")
     out.add_argument("--output-dir", type=Path, help="run directory (default: runs/run-<UTC time>)")
     out.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")

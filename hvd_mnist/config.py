@@ -43,6 +43,9 @@ class TrainConfig:
     eval_batch_size: int = 1000
     resume: bool = False
     overwrite: bool = False
+    mixed_precision: bool = False
+    loss_scale: float = 128.0
+    fp16_allreduce: bool = False
     elastic: bool = False
     commit_every: int = 10
 
@@ -58,6 +61,8 @@ class TrainConfig:
         for name in ("lr_decay", "ema_decay"):
             if not 0 < getattr(self, name) <= 1:
                 raise UserError(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(self, name)}")
+        if self.loss_scale <= 0:
+            raise UserError(f"--loss-scale must be positive, got {self.loss_scale}")
         if self.l2 < 0 or self.warmup_steps < 0:
             raise UserError("--l2 and --warmup-steps must not be negative")
         if self.model not in MODELS:

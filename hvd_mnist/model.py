@@ -18,9 +18,18 @@ def _bias(size: int, name: str) -> tf.Variable:
 
 
 class Classifier(tf.Module):
-    """Common interface: logits for float images [B, 784]; `weights` are the L2-regularized variables."""
+    """Common interface: float32 logits for float images [B, 784]; `weights` are the L2-regularized variables.
+
+    Variables are float32; with `compute_dtype` float16 (mixed precision) the layers run in float16 on
+    cast copies of them, and the logits are cast back to float32 for a stable loss.
+    """
 
     weights: tuple[tf.Variable, ...]
+    compute_dtype: tf.DType = tf.float32
+
+    def cast(self, value: tf.Tensor) -> tf.Tensor:
+        """A variable or input in the compute dtype."""
+        return tf.cast(value, self.compute_dtype)
 
     def l2_penalty(self, scale: float) -> tf.Tensor:
         """scale * sum(w**2) / 2 over the weight matrices (biases are not regularized)."""
@@ -39,8 +48,9 @@ class MLP(Classifier):
         self.weights = (self.w1, self.w2)
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
-        hidden = tf.nn.relu(tf.matmul(images, self.w1) + self.b1)
-        return tf.matmul(hidden, self.w2) + self.b2
+        c = self.cast
+        hidden = tf.nn.relu(tf.matmul(c(images), c(self.w1)) + c(self.b1))
+        return tf.cast(tf.matmul(hidden, c(self.w2)) + c(self.b2), tf.float32)
 
 
 class LeNet5(Classifier):
@@ -60,18 +70,22 @@ class LeNet5(Classifier):
         self.weights = (self.fc1_w, self.fc2_w)
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
-        x = tf.reshape(images, [-1, IMAGE_SIDE, IMAGE_SIDE, 1])
+        c = self.cast
+        x = tf.reshape(c(images), [-1, IMAGE_SIDE, IMAGE_SIDE, 1])
         for w, b in ((self.conv1_w, self.conv1_b), (self.conv2_w, self.conv2_b)):
-            x = tf.nn.relu(tf.nn.conv2d(x, w, strides=1, padding="SAME") + b)
+            x = tf.nn.relu(tf.nn.conv2d(x, c(w), strides=1, padding="SAME") + c(b))
             x = tf.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME")
         x = tf.reshape(x, [-1, self.fc1_w.shape[0]])
-        x = tf.nn.relu(tf.matmul(x, self.fc1_w) + self.fc1_b)
-        return tf.matmul(x, self.fc2_w) + self.fc2_b
+        x = tf.nn.relu(tf.matmul(x, c(self.fc1_w)) + c(self.fc1_b))
+        return tf.cast(tf.matmul(x, c(self.fc2_w)) + c(self.fc2_b), tf.float32)
 
 
-def build_model(name: str) -> Classifier:
-    """Instantiate a model by its CLI name."""
-    return {"mlp": MLP, "lenet5": LeNet5}[name]()
+def build_model(name: str, mixed_precision: bool = False) -> Classifier:
+    """Instantiate a model by its CLI name; mixed precision computes in float16 on float32 variables."""
+    model = {"mlp": MLP, "lenet5": LeNet5}[name]()
+    if mixed_precision:
+        model.compute_dtype = tf.float16
+    return model
 
 
 def regularized_loss(model: Classifier, logits: tf.Tensor, labels: tf.Tensor, l2_scale: float) -> tf.Tensor:

@@ -25,7 +25,9 @@ class Trainer:
     def __init__(self, config: TrainConfig, world: World) -> None:
         tf.random.set_seed(config.seed)
         self.config = config
-        self.model = build_model(config.model)
+        self.model = build_model(config.model, config.mixed_precision)
+        # Static loss scaling keeps float16 gradients from underflowing; 1 (a no-op) in float32.
+        self.loss_scale = config.loss_scale if config.mixed_precision else 1.0
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # The global batch the checkpointed weights were trained with, to report world-size changes on resume.
         self.global_batch = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -38,7 +40,8 @@ class Trainer:
         # A TF1-style optimizer: Horovod's DistributedOptimizer allreduces its gradients reliably,
         # whereas wrapping a Keras 3 optimizer silently applies each rank's local gradient.
         self.sgd = tf.compat.v1.train.GradientDescentOptimizer(self.learning_rate)
-        self.optimizer = hvd.DistributedOptimizer(self.sgd)
+        compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+        self.optimizer = hvd.DistributedOptimizer(self.sgd, compression=compression)
         self.ema = MovingAverage(list(self.model.trainable_variables), config.ema_decay)
 
     def set_world_size(self, size: int) -> None:
@@ -71,12 +74,14 @@ class Trainer:
         variables = list(self.model.trainable_variables)
         captured = {}
 
-        def compute_loss() -> tf.Tensor:
+        def compute_scaled_loss() -> tf.Tensor:
             captured["logits"] = self.model(images)
             captured["loss"] = regularized_loss(self.model, captured["logits"], labels, self.config.l2)
-            return captured["loss"]
+            return captured["loss"] * self.loss_scale
 
-        grads_and_vars = self.optimizer.compute_gradients(compute_loss, var_list=variables)
+        grads_and_vars = self.optimizer.compute_gradients(compute_scaled_loss, var_list=variables)
+        if self.loss_scale != 1.0:
+            grads_and_vars = [(grad / self.loss_scale, var) for grad, var in grads_and_vars]
         lr = self.learning_rate()
         self.optimizer.apply_gradients(grads_and_vars)
         self.ema.update(variables, self.step)

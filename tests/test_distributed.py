@@ -102,6 +102,19 @@ def test_resume_reaches_the_same_weights(tmp_path):
         np.testing.assert_array_equal(resumed[name], full[name], err_msg=name)
 
 
+def test_fp16_allreduce_and_mixed_precision_train(tmp_path):
+    """--fp16-allreduce on two ranks keeps the ranks equal; --mixed-precision trains (slowly: float16 on CPU)."""
+    run_trainer("gloo", 2, *SHORT_RUN, "--fp16-allreduce", "--output-dir", str(tmp_path / "fp16"))
+    train = [e for e in read_metrics(tmp_path / "fp16") if e["event"] == "train"]
+    assert train[-1]["loss"] < 0.7 * train[0]["loss"]
+    assert len(set(read_metrics(tmp_path / "fp16")[-1]["weights_sha256"])) == 1
+    run_trainer("python", 1, "--mixed-precision", "--steps", "20", "--batch-size", "20", "--lr", "0.1",
+                "--log-every", "10", "--output-dir", str(tmp_path / "mp"))
+    end = read_metrics(tmp_path / "mp")[-1]
+    assert end["event"] == "end" and np.isfinite(end["loss"])
+    assert checkpoint_tensors(tmp_path / "mp", 20)["model/w1/.ATTRIBUTES/VARIABLE_VALUE"].dtype == np.float32
+
+
 def test_offline_mnist_reaches_the_stated_accuracy(tmp_path):
     """README: two ranks, --lr 0.1, 2000 steps on the 4,000 offline digits reach >= 90% test accuracy."""
     run_trainer("gloo", 2, "--lr", "0.1", "--steps", "2000", "--log-every", "500", "--output-dir", str(tmp_path / "r"))

@@ -60,3 +60,17 @@ def test_moving_average_update_and_apply():
     with ema.applied([var]):
         np.testing.assert_allclose(var.numpy(), [2.8, 5.6], rtol=1e-6)
     np.testing.assert_allclose(var.numpy(), [3.0, 6.0])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_mixed_precision_computes_in_float16_on_float32_variables(name):
+    tf.random.set_seed(0)
+    full = build_model(name)
+    tf.random.set_seed(0)
+    half = build_model(name, mixed_precision=True)
+    assert all(v.dtype == tf.float32 for v in half.trainable_variables)
+    images = tf.random.uniform([4, 784], seed=1)
+    logits_full, logits_half = full(images), half(images)
+    assert logits_half.dtype == tf.float32
+    np.testing.assert_allclose(logits_half.numpy(), logits_full.numpy(), atol=0.05)
+    assert not np.array_equal(logits_half.numpy(), logits_full.numpy())  # really rounded through float16
