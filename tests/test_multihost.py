@@ -1,0 +1,70 @@
+"""Two "hosts" (network namespaces joined by a veth pair, sshd in each): real launches across them over ssh.
+
+Skipped where network namespaces cannot be made (not root, no CAP_NET_ADMIN, no sshd). Everything it starts
+is stopped and the namespaces deleted even when a run fails or times out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import launcher_env, read_metrics
+from netns_cluster import ClusterUnavailable, NetnsCluster
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+HOROVODRUN = Path(sys.executable).parent / "horovodrun"
+RUN_TIMEOUT_S = 300
+SHORT_RUN = ("--steps", "40", "--lr", "0.1", "--checkpoint-every", "20", "--log-every", "10")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """hostA (10.200.0.1) and hostB (10.200.0.2), each with sshd; torn down after the module."""
+    nodes = NetnsCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        nodes.start()
+    except ClusterUnavailable as err:
+        nodes.close()
+        pytest.skip(f"cannot build a network-namespace cluster here: {err}")
+    except BaseException:
+        nodes.close()
+        raise
+    yield nodes
+    nodes.close()
+
+
+def launch_command(launcher: str, hosts: str) -> list[str]:
+    """argv, run on hostA, that starts one rank per host with the named launcher."""
+    trainer = [sys.executable, "-m", "hvd_mnist"]
+    if launcher == "mpirun_cluster.sh":
+        return ["bash", str(ROOT / "scripts" / "mpirun_cluster.sh"), "-H", hosts, "--"]
+    controller = launcher.removeprefix("horovodrun-")
+    return [str(HOROVODRUN), f"--{controller}", "--disable-cache", "--start-timeout", "60", "-np", "2", "-H", hosts,
+            *trainer]
+
+
+@pytest.mark.parametrize(("launcher", "controller"), [("horovodrun-gloo", "gloo"), ("horovodrun-mpi", "mpi"),
+                                                      ("mpirun_cluster.sh", "mpi")])
+def test_two_hosts_train_identically(cluster, tmp_path, launcher, controller):
+    """One rank per host, the remote one started through hostB's sshd: the run ends with equal weights."""
+    run_dir = tmp_path / "run"
+    command = [*launch_command(launcher, cluster.host_spec(1)), *SHORT_RUN, "--output-dir", str(run_dir)]
+    env = cluster.env({**launcher_env(), "HVD_MNIST_PYTHON": sys.executable})
+    sshd_log = cluster.sshd_log(cluster.hosts[1])
+    logged_before = len(sshd_log.read_text())
+    proc = subprocess.run(cluster.exec_argv(command), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert f"2 rank(s) over {controller}" in output
+    events = read_metrics(run_dir)
+    assert events[0]["event"] == "start" and events[0]["world_size"] == 2
+    end = events[-1]
+    assert end["event"] == "end" and end["step"] == 40
+    assert len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+    assert "Accepted publickey" in sshd_log.read_text()[logged_before:]
