@@ -5,21 +5,18 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-import tensorflow as tf
-
 
 class StopSignal:
     """Remembers the first SIGTERM/SIGINT; a second one gets the default behaviour (immediate exit).
 
-    The flag travels in each step's metrics allreduce, so a signal that reaches one rank (say, rank 0
-    under a scheduler) stops every rank at the same step without an extra collective.
+    The flag is averaged over the ranks with the metrics every few steps, so a signal that reaches one
+    rank (say, rank 0 under a scheduler) stops every rank at the same step.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._flags = (tf.constant(0.0), tf.constant(1.0))
         self._previous = {}
 
     def install(self) -> None:
@@ -36,9 +33,9 @@ class StopSignal:
         signal.signal(signum, signal.SIG_DFL)
 
     @property
-    def flag(self) -> tf.Tensor:
-        """1.0 once a signal arrived on this rank, else 0.0 (fed to the training step)."""
-        return self._flags[self.signum is not None]
+    def vote(self) -> float:
+        """1.0 once a signal arrived on this rank, else 0.0."""
+        return 0.0 if self.signum is None else 1.0
 
     def exit_code(self) -> int:
         """128 + the signal number, as shells report; SIGTERM when the request came from another rank."""

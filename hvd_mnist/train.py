@@ -25,6 +25,9 @@ from hvd_mnist.trainer import Trainer
 
 log = logging.getLogger("hvd_mnist")
 
+# Steps between agreements on stop requests (a signal stops the run within this many steps).
+SYNC_EVERY = 10
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -65,6 +68,29 @@ def _save(trainer: Trainer, checkpoints: Checkpoints, world: World, step: int) -
         log.info("saved checkpoint %s", path)
 
 
+def _report(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
+            throughput: Throughput, step: int, metrics: dict[str, tf.Tensor], stop: StopSignal) -> tuple[float, bool]:
+    """Average loss, accuracy and stop votes over the ranks (one small allreduce), log and summarize them.
+
+    Returns the averaged loss and whether any rank asked to stop.
+    """
+    loss, accuracy, stop_votes = trainer.average_over_ranks(
+        tf.stack([metrics["loss"], metrics["accuracy"], stop.vote])).numpy().tolist()
+    lr = float(metrics["lr"])
+    if not math.isfinite(loss):
+        raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped"
+                       f"{_last_checkpoint(checkpoints, world)}")
+    if step % config.log_every == 0 or step == config.steps:
+        examples_per_sec, sec_per_batch = throughput.read()
+        log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
+                 step, config.steps, loss, accuracy, lr, examples_per_sec, sec_per_batch)
+        reporter.event("train", step=step, loss=loss, accuracy=accuracy, lr=lr,
+                       examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
+    if step % config.summary_every == 0:
+        reporter.scalars(step, {"loss": loss, "accuracy": accuracy, "learning_rate": lr})
+    return loss, stop_votes > 0
+
+
 def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
           batches: tf.data.Iterator, start_step: int, stop: StopSignal, elastic: VariablesState | None) -> float:
     """Train from start_step to config.steps; returns the last rank-averaged loss.
@@ -77,32 +103,25 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
     for step in range(start_step + 1, config.steps + 1):
         images, labels = next(batches)
         try:
-            metrics = trainer.train_step(images, labels, stop.flag)
+            metrics = trainer.train_step(images, labels)
         except tf.errors.OpError:
             if elastic is not None:
                 raise
             raise WorkerLost(f"collective failed at step {step}: a worker died or is unreachable"
                              f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
         throughput.tick()
-        loss = float(metrics["loss"])
-        if not math.isfinite(loss):
-            raise RunEnded(f"loss is {loss} at step {step}; all ranks stopped{_last_checkpoint(checkpoints, world)}")
+        if not bool(metrics["finite"]):
+            raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
+                           f"{_last_checkpoint(checkpoints, world)}")
         maybe_kill("step", world.rank, step)
         if elastic is not None and step % config.commit_every == 0:
             elastic.commit()
-        if step % config.log_every == 0 or step == config.steps:
-            examples_per_sec, sec_per_batch = throughput.read()
-            lr, accuracy = float(metrics["lr"]), float(metrics["accuracy"])
-            log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
-                     step, config.steps, loss, accuracy, lr, examples_per_sec, sec_per_batch)
-            reporter.event("train", step=step, loss=loss, accuracy=accuracy, lr=lr,
-                           examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
-        if step % config.summary_every == 0:
-            reporter.scalars(step, {"loss": loss, "accuracy": float(metrics["accuracy"]),
-                                    "learning_rate": float(metrics["lr"])})
+        stopping = False
+        if any(step % every == 0 for every in (config.log_every, config.summary_every, SYNC_EVERY)) \
+                or step == config.steps:
+            loss, stopping = _report(trainer, checkpoints, world, config, reporter, throughput, step, metrics, stop)
         if step % config.histogram_every == 0:
             reporter.histograms(step, trainer.histograms(metrics["grads"]))
-        stopping = float(metrics["stop"]) > 0
         if stopping or step % config.checkpoint_every == 0 or step == config.steps:
             _save(trainer, checkpoints, world, step)
         if stopping:

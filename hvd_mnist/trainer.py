@@ -16,7 +16,6 @@ from hvd_mnist.schedule import MovingAverage, learning_rate
 
 IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.float32)
 LABELS_SPEC = tf.TensorSpec([None], tf.int64)
-FLAG_SPEC = tf.TensorSpec([], tf.float32)
 
 
 class Trainer:
@@ -64,12 +63,13 @@ class Trainer:
         """Give every rank rank 0's weights, moving averages and step (after initialization or restore)."""
         hvd.broadcast_variables(self.synced_variables, root_rank=0)
 
-    @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC, FLAG_SPEC], reduce_retracing=True)
-    def train_step(self, images: tf.Tensor, labels: tf.Tensor, stop_flag: tf.Tensor) -> dict[str, tf.Tensor]:
-        """One synchronous SGD step on the rank-averaged gradient.
+    @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True)
+    def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> dict[str, tf.Tensor]:
+        """One synchronous SGD step on the rank-averaged gradient: the step's only collective.
 
-        Returns the rank-averaged loss and batch accuracy, the LR used, the averaged gradients, and
-        `stop`: above zero when any rank asked to stop (all ranks see the same value, so they stop together).
+        Returns this rank's loss and batch accuracy, the LR used, the averaged gradients, and `finite`:
+        whether every averaged gradient is finite, which is the same on every rank (a NaN anywhere
+        spreads through the average), so all ranks can stop at the same step without another collective.
         """
         variables = list(self.model.trainable_variables)
         captured = {}
@@ -82,17 +82,20 @@ class Trainer:
         grads_and_vars = self.optimizer.compute_gradients(compute_scaled_loss, var_list=variables)
         if self.loss_scale != 1.0:
             grads_and_vars = [(grad / self.loss_scale, var) for grad, var in grads_and_vars]
+        grads = [grad for grad, _ in grads_and_vars]
         lr = self.learning_rate()
         self.optimizer.apply_gradients(grads_and_vars)
         self.ema.update(variables, self.step)
         self.step.assign_add(1)
         batch = tf.cast(tf.shape(labels)[0], tf.float32)
         accuracy = tf.cast(correct_predictions(captured["logits"], labels), tf.float32) / batch
-        mean_loss, mean_accuracy, stop = tf.unstack(
-            hvd.allreduce(tf.stack([captured["loss"], accuracy, stop_flag]), op=hvd.Average)
-        )
-        return {"loss": mean_loss, "accuracy": mean_accuracy, "lr": lr, "stop": stop,
-                "grads": [g for g, _ in grads_and_vars]}
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
+        return {"loss": captured["loss"], "accuracy": accuracy, "lr": lr, "grads": grads, "finite": finite}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def average_over_ranks(self, values: tf.Tensor) -> tf.Tensor:
+        """The mean over ranks of a small vector (loss, accuracy, stop votes) on the steps that report."""
+        return hvd.allreduce(values, op=hvd.Average, name="step_metrics")
 
     @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True)
     def count_correct(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

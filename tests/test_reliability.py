@@ -132,7 +132,8 @@ def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
                        "--output-dir", str(run_dir), check=False)
     assert proc.returncode != 0
     lines = error_lines(proc)
-    assert len(lines) == 2 and all("hvd-mnist: error: loss is nan at step" in line for line in lines), lines
+    assert len(lines) == 2 and all("hvd-mnist: error: training diverged: NaN/Inf gradients at step" in line
+                                   for line in lines), lines
     steps = {int(line.split("at step ")[1].split(";")[0]) for line in lines}
     assert len(steps) == 1  # both ranks stopped at the same step
     bad_step = steps.pop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -10,6 +10,7 @@ from hvd_mnist.data.records import parse_batch
 from hvd_mnist.data.sources import Split
 
 SHUFFLE_BUFFER = 10_000
+PARSE_BATCH = 1024
 
 # An in-memory split, or the TFRecord files holding one.
 Source = Split | Sequence[str]
@@ -20,18 +21,19 @@ def scale_pixels(images: tf.Tensor) -> tf.Tensor:
     return tf.cast(images, tf.float32) / 255.0
 
 
-def _raw_examples(source: Source) -> tuple[tf.data.Dataset, Callable]:
-    """Unparsed examples, and the function that turns a batch of them into (float images, int64 labels)."""
+def _shard(source: Source, rank: int, size: int) -> tf.data.Dataset:
+    """This rank's examples as (uint8 image [784], int64 label), every size-th one starting at rank.
+
+    TFRecords are parsed once, a batch at a time, and cached decoded, so later epochs cost no parsing.
+    """
     if isinstance(source, Split):
-        dataset = tf.data.Dataset.from_tensor_slices((source.images, source.labels))
-        return dataset, lambda images, labels: (scale_pixels(images), labels)
-    dataset = tf.data.TFRecordDataset(list(source))
+        return tf.data.Dataset.from_tensor_slices((source.images, source.labels)).shard(size, rank)
+    records = tf.data.TFRecordDataset(list(source)).shard(size, rank)
+    return records.batch(PARSE_BATCH).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE).unbatch().cache()
 
-    def decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        images, labels = parse_batch(serialized)
-        return scale_pixels(images), labels
 
-    return dataset, decode
+def _scaled(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return scale_pixels(images), labels
 
 
 def train_dataset(
@@ -49,18 +51,16 @@ def train_dataset(
     complete. `start_step` skips the batches already trained on, so a resumed run sees what an
     uninterrupted one would have seen next.
     """
-    dataset, decode = _raw_examples(source)
-    dataset = dataset.shard(size, rank)
+    dataset = _shard(source, rank, size)
     if shuffle:
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed + rank, reshuffle_each_iteration=True)
     dataset = dataset.repeat().batch(batch_size, drop_remainder=True)
     if start_step:
         dataset = dataset.skip(start_step)
-    return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return dataset.map(_scaled, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def eval_dataset(source: Source, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
     """One pass over this rank's shard of the evaluation split."""
-    dataset, decode = _raw_examples(source)
-    dataset = dataset.shard(size, rank).batch(batch_size)
-    return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    dataset = _shard(source, rank, size).batch(batch_size)
+    return dataset.map(_scaled, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
