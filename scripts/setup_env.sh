@@ -48,6 +48,8 @@ pip_install() {
 }
 pip_install --upgrade "pip>=24" "setuptools>=69" wheel
 pip_install "$TF_SPEC" "numpy<2.1"
+# Benchmark peers and chart: PyTorch's CPU wheel (on this machine's disk) and matplotlib, numpy kept < 2.1.
+pip_install "torch==2.13.0" "matplotlib" "numpy<2.1"
 
 # mpi4py's binary wheel carries an Open MPI build of its extension and loads the system's libmpi.
 pip_install "mpi4py==$MPI4PY_VERSION"
