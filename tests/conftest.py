@@ -55,6 +55,12 @@ def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None, ch
     return proc
 
 
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m hvd_mnist ARGS` in one process, without a launcher, output captured, never checked."""
+    return subprocess.run([sys.executable, "-m", "hvd_mnist", *args], capture_output=True, text=True,
+                          env=launcher_env(), cwd=cwd, timeout=TIMEOUT)
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The events of a run's metrics.jsonl, in order."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import launcher_env, run_trainer
+from conftest import run_cli, run_trainer
 
 from hvd_mnist.data.idx import LABELS_MAGIC, write_idx
 from hvd_mnist.data.records import serialize_example, write_records
 from hvd_mnist.data.sources import Split
 
 pytestmark = pytest.mark.slow
-
-
-def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hvd_mnist", *args], capture_output=True, text=True,
-                          env=launcher_env(), cwd=cwd, timeout=120)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> None:

@@ -1,19 +1,11 @@
 """The command line: --help, flag validation and one-line errors with a non-zero exit."""
 
-import subprocess
-import sys
-
 import pytest
-from conftest import launcher_env
+from conftest import run_cli
 
 from hvd_mnist.cli import build_parser
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.errors import UserError
-
-
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "hvd_mnist", *args], capture_output=True, text=True,
-                          env=launcher_env(), cwd=cwd, timeout=120)
 
 
 def test_defaults_are_the_classic_hyperparameters():
@@ -45,23 +37,6 @@ def test_bad_flags_are_one_line_errors(flags, message):
         TrainConfig(**vars(build_parser().parse_args(flags))).validate()
 
 
-def test_bad_input_exits_2_with_one_line(tmp_path):
-    proc = run_cli("--data-dir", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "run"))
-    assert proc.returncode == 2
-    error_lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
-    assert error_lines == [f"hvd-mnist: error: data directory not found: {tmp_path / 'missing'}"]
-    assert "Traceback" not in proc.stderr
-
-
 def test_unknown_model_is_rejected_by_argparse():
     proc = run_cli("--model", "resnet")
     assert proc.returncode == 2 and "invalid choice: 'resnet'" in proc.stderr
-
-
-def test_existing_run_is_not_overwritten(tmp_path):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "metrics.jsonl").write_text("keep me\n")
-    proc = run_cli("--output-dir", str(run_dir), "--steps", "1")
-    assert proc.returncode == 2 and "already holds a run" in proc.stderr
-    assert (run_dir / "metrics.jsonl").read_text() == "keep me\n"
