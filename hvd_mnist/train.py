@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +70,19 @@ def _save(trainer: Trainer, checkpoints: Checkpoints, world: World, step: int) -
         log.info("saved checkpoint %s", path)
 
 
+@contextlib.contextmanager
+def _lost_worker_ends_run(step: int, checkpoints: Checkpoints, world: World,
+                          elastic: VariablesState | None) -> Iterator[None]:
+    """Turn a failed collective into WorkerLost (one line, a hint to resume); elastic runs let Horovod recover."""
+    try:
+        yield
+    except tf.errors.OpError:
+        if elastic is not None:
+            raise
+        raise WorkerLost(f"collective failed at step {step}: a worker died or is unreachable"
+                         f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
+
+
 def _report(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
             throughput: Throughput, step: int, metrics: dict[str, tf.Tensor], stop: StopSignal) -> tuple[float, bool]:
     """Average loss, accuracy and stop votes over the ranks (one small allreduce), log and summarize them.
@@ -102,13 +117,8 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
     loss = math.nan
     for step in range(start_step + 1, config.steps + 1):
         images, labels = next(batches)
-        try:
+        with _lost_worker_ends_run(step, checkpoints, world, elastic):
             metrics = trainer.train_step(images, labels)
-        except tf.errors.OpError:
-            if elastic is not None:
-                raise
-            raise WorkerLost(f"collective failed at step {step}: a worker died or is unreachable"
-                             f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
         throughput.tick()
         if not bool(metrics["finite"]):
             raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
@@ -119,7 +129,9 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
         stopping = False
         if any(step % every == 0 for every in (config.log_every, config.summary_every, SYNC_EVERY)) \
                 or step == config.steps:
-            loss, stopping = _report(trainer, checkpoints, world, config, reporter, throughput, step, metrics, stop)
+            with _lost_worker_ends_run(step, checkpoints, world, elastic):
+                loss, stopping = _report(trainer, checkpoints, world, config, reporter, throughput, step, metrics,
+                                         stop)
         if step % config.histogram_every == 0:
             reporter.histograms(step, trainer.histograms(metrics["grads"]))
         if stopping or step % config.checkpoint_every == 0 or step == config.steps:
