@@ -115,6 +115,16 @@ def test_fp16_allreduce_and_mixed_precision_train(tmp_path):
     assert checkpoint_tensors(tmp_path / "mp", 20)["model/w1/.ATTRIBUTES/VARIABLE_VALUE"].dtype == np.float32
 
 
+def test_lenet5_trains_on_two_ranks(tmp_path):
+    run_trainer("gloo", 2, "--model", "lenet5", "--steps", "30", "--lr", "0.05", "--log-every", "10",
+                "--output-dir", str(tmp_path / "lenet"))
+    events = read_metrics(tmp_path / "lenet")
+    train = [e for e in events if e["event"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert len(set(events[-1]["weights_sha256"])) == 1
+    assert "model/conv1_w/.ATTRIBUTES/VARIABLE_VALUE" in checkpoint_tensors(tmp_path / "lenet", 30)
+
+
 def test_offline_mnist_reaches_the_stated_accuracy(tmp_path):
     """README: two ranks, --lr 0.1, 2000 steps on the 4,000 offline digits reach >= 90% test accuracy."""
     run_trainer("gloo", 2, "--lr", "0.1", "--steps", "2000", "--log-every", "500", "--output-dir", str(tmp_path / "r"))

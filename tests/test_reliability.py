@@ -154,7 +154,7 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path):
     run_dir = tmp_path / "run"
     command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
-               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
+               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "4000", "--lr", "0.1",
                                 "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir))]
     env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:once={tmp_path / 'fired'}"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -165,4 +165,4 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path):
     assert 205 - starts[1]["start_step"] <= 10  # rolled back to the last commit, at most --commit-every steps
     assert [e["global_batch"] for e in starts] == [200, 100, 200]
     end = read_metrics(run_dir)[-1]
-    assert end["step"] == 3000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+    assert end["step"] == 4000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
