@@ -6,11 +6,10 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from hvd_mnist.data.records import parse_batch
+from hvd_mnist.data.records import parsed_batches
 from hvd_mnist.data.sources import Split
 
 SHUFFLE_BUFFER = 10_000
-PARSE_BATCH = 1024
 
 # An in-memory split, or the TFRecord files holding one.
 Source = Split | Sequence[str]
@@ -29,7 +28,7 @@ def _shard(source: Source, rank: int, size: int) -> tf.data.Dataset:
     if isinstance(source, Split):
         return tf.data.Dataset.from_tensor_slices((source.images, source.labels)).shard(size, rank)
     records = tf.data.TFRecordDataset(list(source)).shard(size, rank)
-    return records.batch(PARSE_BATCH).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE).unbatch().cache()
+    return parsed_batches(records).unbatch().cache()
 
 
 def _scaled(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -13,6 +13,7 @@ from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS
 from hvd_mnist.data.sources import Split, check_labels
 from hvd_mnist.errors import UserError
 
+PARSE_BATCH = 1024
 FEATURES = {
     "image_raw": tf.io.FixedLenFeature([], tf.string),
     "pixels": tf.io.FixedLenFeature([], tf.int64),
@@ -61,6 +62,11 @@ def parse_batch(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return tf.reshape(images, [-1, NUM_PIXELS]), tf.identity(parsed["label"])
 
 
+def parsed_batches(records: tf.data.Dataset) -> tf.data.Dataset:
+    """Serialized examples to parsed (uint8 images, int64 labels) batches of PARSE_BATCH, parsed in parallel."""
+    return records.batch(PARSE_BATCH).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+
+
 def check_record_files(paths: Sequence[str | Path]) -> list[str]:
     """Expand and verify the --train-records/--test-records arguments (files or glob patterns)."""
     files: list[str] = []
@@ -89,7 +95,7 @@ def validate_records(files: Sequence[str]) -> int:
     total = 0
     for path in files:
         try:
-            for _, labels in tf.data.TFRecordDataset(path).batch(4096).map(parse_batch):
+            for _, labels in parsed_batches(tf.data.TFRecordDataset(path)):
                 total += int(labels.shape[0])
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             raise UserError(f"bad TFRecord file {path}: {describe_data_error(err)}") from None
@@ -100,9 +106,8 @@ def validate_records(files: Sequence[str]) -> int:
 
 def read_records(paths: Sequence[str | Path]) -> Split:
     """Read whole TFRecord files into memory."""
-    dataset = tf.data.TFRecordDataset(check_record_files(paths)).batch(4096).map(parse_batch)
     images, labels = [], []
-    for batch_images, batch_labels in dataset:
+    for batch_images, batch_labels in parsed_batches(tf.data.TFRecordDataset(check_record_files(paths))):
         images.append(batch_images.numpy())
         labels.append(batch_labels.numpy())
     if not images:
