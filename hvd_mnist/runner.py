@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.data.pipeline import Source
-from hvd_mnist.data.records import check_record_files, validate_records
-from hvd_mnist.data.sources import load_dataset
+from hvd_mnist.data.records import check_record_files, read_records
+from hvd_mnist.data.sources import Split, load_dataset
 from hvd_mnist.distribution import on_chief, setup_world
+from hvd_mnist.errors import UserError
 from hvd_mnist.reporting import configure_logging
 from hvd_mnist.rundir import prepare_run_dir
 from hvd_mnist.train import RunResult, train
@@ -17,17 +17,15 @@ from hvd_mnist.train import RunResult, train
 log = logging.getLogger("hvd_mnist")
 
 
-def resolve_sources(config: TrainConfig) -> tuple[Source, Source | None, str]:
-    """Training and test examples: TFRecord files when given, otherwise the chosen dataset in memory."""
-    test_files = check_record_files(config.test_records) if config.test_records else None
-    if test_files:
-        validate_records(test_files)
+def resolve_sources(config: TrainConfig) -> tuple[Split, Split | None, str]:
+    """Training and test examples in memory: from TFRecord files when given, otherwise the chosen dataset."""
+    test_split = read_records(check_record_files(config.test_records)) if config.test_records else None
     if config.train_records:
         train_files = check_record_files(config.train_records)
-        count = validate_records(train_files)
-        return train_files, test_files, f"{count} examples in TFRecords {', '.join(train_files)}"
+        train_split = read_records(train_files)
+        return train_split, test_split, f"{len(train_split)} examples in TFRecords {', '.join(train_files)}"
     dataset = load_dataset(config.dataset, config.data_dir)
-    return dataset.train, test_files or dataset.test, dataset.description
+    return dataset.train, test_split or dataset.test, dataset.description
 
 
 def run(config: TrainConfig) -> RunResult:
@@ -36,6 +34,8 @@ def run(config: TrainConfig) -> RunResult:
     world = setup_world()
     configure_logging(world)
     train_source, test_source, description = resolve_sources(config)  # bad data fails before any file is written
+    if len(train_source) < world.size:
+        raise UserError(f"{len(train_source)} training examples cannot be shared among {world.size} ranks")
     if config.elastic:
         # No collective before hvd.elastic.run: a worker joining later must not wait for one. The
         # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from hvd_mnist.checkpointing import Checkpoints
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.data.pipeline import Source, train_dataset
+from hvd_mnist.data.pipeline import train_dataset
+from hvd_mnist.data.sources import Split
 from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WorkerLost
@@ -144,7 +145,7 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
     return loss
 
 
-def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Source | None,
+def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Split | None,
             reporter: Reporter, config: TrainConfig) -> tuple[float | None, list[str]]:
     """Check the ranks agree bit for bit, evaluate the moving averages, export (rank 0)."""
     digests = hvd.allgather_object(trainer.weights_digest(), name="weights_digest")
@@ -163,7 +164,7 @@ def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Sourc
 
 
 def _run(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
-         sources: tuple[Source, Source | None], elastic: VariablesState | None = None) -> RunResult:
+         sources: tuple[Split, Split | None], elastic: VariablesState | None = None) -> RunResult:
     """Train from the trainer's current step to the end, then check, evaluate and export."""
     configure_logging(world)
     start_step = int(trainer.step.numpy())
@@ -185,7 +186,7 @@ def _run(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Train
 
 
 def _run_elastic(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
-                 sources: tuple[Source, Source | None]) -> RunResult:
+                 sources: tuple[Split, Split | None]) -> RunResult:
     """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
     if config.resume:
         log.info("resumed from %s", checkpoints.restore_latest())  # every process; the first sync agrees
@@ -204,8 +205,8 @@ def _run_elastic(trainer: Trainer, checkpoints: Checkpoints, world: World, confi
     return run(state)
 
 
-def train(config: TrainConfig, world: World, output_dir: Path, train_source: Source,
-          test_source: Source | None) -> RunResult:
+def train(config: TrainConfig, world: World, output_dir: Path, train_source: Split,
+          test_source: Split | None) -> RunResult:
     """Run (or resume) training to config.steps, then evaluate with the moving averages and export."""
     trainer = Trainer(config, world)
     checkpoints = Checkpoints(output_dir / "checkpoints", config.keep_checkpoints, **trainer.trackables())

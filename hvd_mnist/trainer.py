@@ -9,12 +9,13 @@ import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
-from hvd_mnist.data.pipeline import Source, eval_dataset
+from hvd_mnist.data.pipeline import eval_dataset, scale_pixels
+from hvd_mnist.data.sources import Split
 from hvd_mnist.distribution import World
 from hvd_mnist.model import build_model, correct_predictions, regularized_loss
 from hvd_mnist.schedule import MovingAverage, learning_rate
 
-IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.float32)
+IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.uint8)  # scaled inside the compiled steps
 LABELS_SPEC = tf.TensorSpec([None], tf.int64)
 
 
@@ -75,7 +76,7 @@ class Trainer:
         captured = {}
 
         def compute_scaled_loss() -> tf.Tensor:
-            captured["logits"] = self.model(images)
+            captured["logits"] = self.model(scale_pixels(images))
             captured["loss"] = regularized_loss(self.model, captured["logits"], labels, self.config.l2)
             return captured["loss"] * self.loss_scale
 
@@ -99,9 +100,9 @@ class Trainer:
 
     @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True)
     def count_correct(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        return correct_predictions(self.model(images), labels)
+        return correct_predictions(self.model(scale_pixels(images)), labels)
 
-    def evaluate_ema(self, source: Source, world: World) -> float:
+    def evaluate_ema(self, source: Split, world: World) -> float:
         """Test accuracy of the moving-average weights over all ranks' shards of the test set."""
         correct = tf.constant(0, tf.int64)
         seen = tf.constant(0, tf.int64)

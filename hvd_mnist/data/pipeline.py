@@ -1,18 +1,14 @@
-"""tf.data input pipelines: each rank reads its own shard, shuffled, repeated, batched and prefetched."""
+"""tf.data input pipelines over an in-memory split: each rank keeps its own shard as uint8 tensors.
+
+Training batches are gathered whole from a per-epoch permutation of the shard's indices, so tf.data does
+no per-example work on the cores that train; pixels stay uint8 until the training step scales them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import tensorflow as tf
 
-from hvd_mnist.data.records import parsed_batches
 from hvd_mnist.data.sources import Split
-
-SHUFFLE_BUFFER = 10_000
-
-# An in-memory split, or the TFRecord files holding one.
-Source = Split | Sequence[str]
 
 
 def scale_pixels(images: tf.Tensor) -> tf.Tensor:
@@ -20,23 +16,36 @@ def scale_pixels(images: tf.Tensor) -> tf.Tensor:
     return tf.cast(images, tf.float32) / 255.0
 
 
-def _shard(source: Source, rank: int, size: int) -> tf.data.Dataset:
-    """This rank's examples as (uint8 image [784], int64 label), every size-th one starting at rank.
+def shard(split: Split, rank: int, size: int) -> Split:
+    """This rank's examples: every size-th one starting at rank (disjoint shards that together are complete)."""
+    return Split(split.images[rank::size], split.labels[rank::size])
 
-    TFRecords are parsed once, a batch at a time, and cached decoded, so later epochs cost no parsing.
+
+def _index_batches(count: int, batch_size: int, seed: int, shuffle: bool) -> tf.data.Dataset:
+    """Endless int64 [batch_size] index vectors into a shard of `count` examples.
+
+    Epoch e is a permutation of 0..count-1 drawn from (seed, e), or 0..count-1 in order without shuffling;
+    the epochs are laid end to end and cut into batches, so a batch may span two epochs (as
+    repeat().batch() would), and batch k is a function of the seed alone.
     """
-    if isinstance(source, Split):
-        return tf.data.Dataset.from_tensor_slices((source.images, source.labels)).shard(size, rank)
-    records = tf.data.TFRecordDataset(list(source)).shard(size, rank)
-    return parsed_batches(records).unbatch().cache()
 
+    def epoch_order(epoch: tf.Tensor) -> tf.Tensor:
+        indices = tf.range(count, dtype=tf.int64)
+        if not shuffle:
+            return indices
+        return tf.random.experimental.stateless_shuffle(indices, seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
-def _scaled(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return scale_pixels(images), labels
+    def cut(leftover: tf.Tensor, order: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        stream = tf.concat([leftover, order], axis=0)
+        whole = tf.size(stream, out_type=tf.int64) // batch_size * batch_size
+        return stream[whole:], tf.reshape(stream[:whole], [-1, batch_size])
+
+    epochs = tf.data.Dataset.counter().map(epoch_order)
+    return epochs.scan(tf.zeros([0], tf.int64), cut).flat_map(tf.data.Dataset.from_tensor_slices)
 
 
 def train_dataset(
-    source: Source,
+    split: Split,
     batch_size: int,
     rank: int,
     size: int,
@@ -44,22 +53,22 @@ def train_dataset(
     shuffle: bool = True,
     start_step: int = 0,
 ) -> tf.data.Dataset:
-    """Endless batches of this rank's shard; batch k is the same in every run with the same seed.
+    """Endless (uint8 images [B, 784], int64 labels [B]) batches of this rank's shard.
 
-    Sharding takes every size-th example starting at rank, so the shards are disjoint and together
-    complete. `start_step` skips the batches already trained on, so a resumed run sees what an
-    uninterrupted one would have seen next.
+    Batch k is the same in every run with the same seed; `start_step` skips the batches already trained
+    on (only their indices are computed), so a resumed run sees what an uninterrupted one would see next.
     """
-    dataset = _shard(source, rank, size)
-    if shuffle:
-        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed + rank, reshuffle_each_iteration=True)
-    dataset = dataset.repeat().batch(batch_size, drop_remainder=True)
-    if start_step:
-        dataset = dataset.skip(start_step)
-    return dataset.map(_scaled, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    mine = shard(split, rank, size)
+    if len(mine) == 0:
+        raise ValueError(f"rank {rank} of {size} has no training examples ({len(split)} in all)")
+    images, labels = tf.constant(mine.images), tf.constant(mine.labels)
+    batches = _index_batches(len(mine), batch_size, seed + rank, shuffle).skip(start_step)
+    return batches.map(lambda indices: (tf.gather(images, indices), tf.gather(labels, indices))).prefetch(
+        tf.data.AUTOTUNE)
 
 
-def eval_dataset(source: Source, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
-    """One pass over this rank's shard of the evaluation split."""
-    dataset = _shard(source, rank, size).batch(batch_size)
-    return dataset.map(_scaled, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+def eval_dataset(split: Split, batch_size: int, rank: int, size: int) -> tf.data.Dataset:
+    """One pass over this rank's shard of the evaluation split, in order (uint8 images, int64 labels)."""
+    mine = shard(split, rank, size)
+    return tf.data.Dataset.from_tensor_slices((mine.images, mine.labels)).batch(batch_size).prefetch(
+        tf.data.AUTOTUNE)

@@ -86,30 +86,20 @@ def describe_data_error(err: tf.errors.OpError) -> str:
     return re.sub(r"\{\{[^}]*\}\}\s*", "", err.message).strip().splitlines()[0]
 
 
-def validate_records(files: Sequence[str]) -> int:
-    """Read every record of every file once (CRCs, features, values) and return the count.
+def read_records(files: Sequence[str | Path]) -> Split:
+    """Read whole TFRecord files into memory, checking every record (CRCs, features, values).
 
     Done before training on every rank, so a damaged file stops all ranks at start-up with one clear
     line, instead of one rank failing mid-run while the others wait in an allreduce.
     """
-    total = 0
+    images, labels = [], []
     for path in files:
         try:
-            for _, labels in parsed_batches(tf.data.TFRecordDataset(path)):
-                total += int(labels.shape[0])
+            for batch_images, batch_labels in parsed_batches(tf.data.TFRecordDataset(str(path))):
+                images.append(batch_images.numpy())
+                labels.append(batch_labels.numpy())
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             raise UserError(f"bad TFRecord file {path}: {describe_data_error(err)}") from None
-    if total == 0:
-        raise UserError(f"no examples in {', '.join(files)}")
-    return total
-
-
-def read_records(paths: Sequence[str | Path]) -> Split:
-    """Read whole TFRecord files into memory."""
-    images, labels = [], []
-    for batch_images, batch_labels in parsed_batches(tf.data.TFRecordDataset(check_record_files(paths))):
-        images.append(batch_images.numpy())
-        labels.append(batch_labels.numpy())
-    if not images:
-        return Split(np.zeros((0, NUM_PIXELS), np.uint8), np.zeros((0,), np.int64))
+    if not labels:
+        raise UserError(f"no examples in {', '.join(map(str, files))}")
     return Split(np.concatenate(images), np.concatenate(labels))
