@@ -48,13 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--l2", type=float, default=d.l2, help="L2 regularization scale (default: %(default)s)")
     model.add_argument("--ema-decay", type=float, default=d.ema_decay, help="(default: %(default)s)")
     model.add_argument("--seed", type=int, default=d.seed, help="initialization and shuffling (default: %(default)s)")
-    speed = parser.add_argument_group("precision")
+    speed = parser.add_argument_group("precision and speed")
     speed.add_argument("--mixed-precision", action="store_true",
                        help="compute in float16 on float32 variables, with static loss scaling (for GPUs)")
     speed.add_argument("--loss-scale", type=float, default=d.loss_scale,
                        help="with --mixed-precision (default: %(default)s)")
     speed.add_argument("--fp16-allreduce", action="store_true",
                        help="send gradients as float16 in the allreduce (hvd.Compression.fp16): half the traffic")
+    speed.add_argument("--no-cpu-binding", dest="bind_cpus", action="store_false",
+                       help="on CPU, leave the ranks free on every core instead of giving each its own share "
+                            "(binding is skipped anyway where the launcher or a cpuset already bound them)")
     out = parser.add_argument_group("output (written by rank 0 only)")
     out.add_argument("--output-dir", type=Path, help="run directory (default: runs/run-<UTC time>)")
     out.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")

@@ -46,6 +46,7 @@ class TrainConfig:
     mixed_precision: bool = False
     loss_scale: float = 128.0
     fp16_allreduce: bool = False
+    bind_cpus: bool = True
     elastic: bool = False
     commit_every: int = 10
 

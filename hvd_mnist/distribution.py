@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
@@ -45,9 +46,13 @@ def init_horovod() -> str:
     """Start Horovod; under MPI hand it mpi4py's COMM_WORLD so both share one MPI communicator.
 
     Sharing COMM_WORLD lets code written with mpi4py (e.g. site-specific barriers or gathers)
-    run beside Horovod in the same job without a second MPI initialization.
+    run beside Horovod in the same job without a second MPI initialization. Open MPI is told to yield
+    the core while it waits (unless the user set it): its busy polling in Horovod's per-cycle
+    coordination otherwise takes CPU from the compute threads (measured: 25 -> 17 ms/step, batch
+    1000, 2 ranks on 2 cores).
     """
     if launched_by_plain_mpirun() and hvd.mpi_built():
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         from mpi4py import MPI
 
         hvd.init(comm=MPI.COMM_WORLD)
@@ -56,26 +61,47 @@ def init_horovod() -> str:
     return "mpi" if hvd.mpi_enabled() else "gloo"
 
 
-def pin_device(local_rank: int, local_size: int) -> str:
-    """One GPU per process by local rank, with memory growth; on CPU, split the cores between ranks."""
+def bind_to_cores(local_rank: int, local_size: int) -> list[int] | None:
+    """Move every thread of this process onto its local rank's share of the cores; returns that share.
+
+    Only when the launcher left each rank free on every core (horovodrun, mpirun --bind-to none);
+    a binding made by mpirun, Slurm or a cpuset is kept as it is (returns None). Threads started
+    later inherit the share, so ranks no longer preempt each other's compute threads.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < (os.cpu_count() or 1) or local_size > len(allowed):
+        return None
+    per_rank = len(allowed) // local_size
+    share = allowed[local_rank * per_rank:(local_rank + 1) * per_rank]
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(thread), share)
+    return share
+
+
+def pin_device(local_rank: int, local_size: int, bind_cpus: bool = True) -> str:
+    """One GPU per process by local rank, with memory growth; on CPU, split the cores between ranks.
+
+    `bind_cpus` also binds each rank to its share of the cores (see bind_to_cores).
+    """
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         gpu = gpus[local_rank % len(gpus)]
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)
         return f"GPU:{local_rank % len(gpus)}"
-    threads = max(1, (os.cpu_count() or 1) // local_size)
+    cores = bind_to_cores(local_rank, local_size) if bind_cpus else None
+    threads = len(cores) if cores else max(1, len(os.sched_getaffinity(0)) // local_size)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
-    return f"CPU ({threads} threads)"
+    return f"CPU ({threads} threads" + (f", cores {cores[0]}-{cores[-1]})" if cores else ")")
 
 
-def setup_world() -> World:
+def setup_world(bind_cpus: bool = True) -> World:
     """Initialize Horovod and pin this process's device; call before TensorFlow runs any op."""
     controller = init_horovod()
-    device = pin_device(hvd.local_rank(), hvd.local_size())
+    device = pin_device(hvd.local_rank(), hvd.local_size(), bind_cpus)
     return World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), controller, device)
-
 
 
 def on_chief(world: World, action: Callable[[], Any], name: str) -> Any:

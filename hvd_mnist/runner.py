@@ -31,7 +31,7 @@ def resolve_sources(config: TrainConfig) -> tuple[Split, Split | None, str]:
 def run(config: TrainConfig) -> RunResult:
     """Validate, set up the world, and train; raises UserError for bad input."""
     config.validate()
-    world = setup_world()
+    world = setup_world(config.bind_cpus)
     configure_logging(world)
     train_source, test_source, description = resolve_sources(config)  # bad data fails before any file is written
     if len(train_source) < world.size:
