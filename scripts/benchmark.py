@@ -480,6 +480,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tta-lr", type=float, default=0.1, help="learning rate of those runs (default 0.1)")
     parser.add_argument("--gpu", action="store_true", help="the GPU variant: np=1 on one GPU, mixed precision off/on")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed to each job (default 300)")
+    parser.add_argument("--only", nargs="+", metavar="KEY", default=[],
+                        help="run only these configurations, by results.json key (e.g. floor hvd_np1)")
     args = parser.parse_args(argv)
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
@@ -532,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     isolate = network_namespace_works()
     configs = gpu_configs() if args.gpu else cpu_configs()
+    unknown = sorted(set(args.only) - {c.key for c in configs})
+    if unknown:
+        print(f"benchmark: error: unknown --only key(s) {', '.join(unknown)}; choose from "
+              f"{', '.join(c.key for c in configs)}", file=sys.stderr)
+        return 2
+    configs = [c for c in configs if not args.only or c.key in args.only]
     records = measure(args, configs, isolate)
     summary = summarize(records)
     derived = derive(summary, configs, args.batch_sizes)
