@@ -20,14 +20,20 @@ def _parse(spec: str) -> tuple[str, int | None, int, str | None]:
     return point, rank, int(values["step"]), values.get("once")
 
 
-def maybe_kill(point: str, rank: int, step: int) -> None:
-    """SIGKILL this process if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
+def planned_step(point: str, rank: int) -> int | None:
+    """The step at which HVD_MNIST_FAULT kills this rank at `point`, or None (the training loop stops there)."""
     spec = os.environ.get(ENV_VAR)
     if not spec:
+        return None
+    want_point, want_rank, want_step, _ = _parse(spec)
+    return want_step if want_point == point and want_rank in (None, rank) else None
+
+
+def maybe_kill(point: str, rank: int, step: int) -> None:
+    """SIGKILL this process if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
+    if planned_step(point, rank) != step:
         return
-    want_point, want_rank, want_step, once_file = _parse(spec)
-    if want_point != point or want_step != step or want_rank not in (None, rank):
-        return
+    once_file = _parse(os.environ[ENV_VAR])[3]
     if once_file is not None:
         try:
             os.close(os.open(once_file, os.O_CREAT | os.O_EXCL))

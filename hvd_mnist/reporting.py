@@ -62,8 +62,8 @@ class Throughput:
         self._start = time.perf_counter()
         self._steps = 0
 
-    def tick(self) -> None:
-        self._steps += 1
+    def tick(self, steps: int = 1) -> None:
+        self._steps += steps
 
     def read(self) -> tuple[float, float]:
         """(global examples/sec, sec/batch) since the last read, then start a new interval."""

