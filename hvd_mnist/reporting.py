@@ -62,7 +62,7 @@ class Throughput:
         self._start = time.perf_counter()
         self._steps = 0
 
-    def tick(self, steps: int = 1) -> None:
+    def tick(self, steps: int) -> None:
         self._steps += steps
 
     def read(self) -> tuple[float, float]:

@@ -99,13 +99,12 @@ def _next_look(step: int, config: TrainConfig, elastic: bool, fault_step: int | 
 
 def _report(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
             throughput: Throughput, step: int, metrics: dict[str, tf.Tensor], stop: StopSignal) -> tuple[float, bool]:
-    """Average loss, accuracy and stop votes over the ranks (one small allreduce), log and summarize them.
+    """Average loss, accuracy and stop votes over the ranks (one small allreduce at np > 1), log and summarize them.
 
     Returns the averaged loss and whether any rank asked to stop.
     """
-    values = tf.stack([metrics["loss"], metrics["accuracy"], stop.vote])
-    # One rank has nothing to average with; skipping the collective saves Horovod's cycle latency.
-    loss, accuracy, stop_votes = (values if world.size == 1 else trainer.average_over_ranks(values)).numpy().tolist()
+    loss, accuracy, stop_votes = trainer.average_over_ranks(
+        tf.stack([metrics["loss"], metrics["accuracy"], stop.vote])).numpy().tolist()
     lr = float(metrics["lr"])
     if not math.isfinite(loss):
         raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped"

@@ -96,7 +96,7 @@ class Trainer:
     @tf.function(reduce_retracing=True)
     def train_steps(self, batches: tf.data.Iterator, count: tf.Tensor) -> dict[str, tf.Tensor]:
         """Up to `count` train_steps on the iterator's next batches in one call, which saves a Python round
-        trip per step (measured: about 1 ms/step at batch 1000 on 2 cores).
+        trip per step (measured: 0.6-1 ms/step on 2 cores).
 
         Stops early after a step whose averaged gradients are not finite. Returns that last step's
         train_step results and `steps`, how many steps ran.
@@ -108,9 +108,16 @@ class Trainer:
             steps += 1
         return {**metrics, "steps": steps}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
     def average_over_ranks(self, values: tf.Tensor) -> tf.Tensor:
-        """The mean over ranks of a small vector (loss, accuracy, stop votes) on the steps that report."""
+        """The mean over ranks of a small vector (loss, accuracy, stop votes) on the steps that report.
+
+        A single rank's values are their own mean; skipping the collective there saves waiting for
+        Horovod's next cycle. hvd.size() is asked at each call, so elastic resizes are followed.
+        """
+        return values if hvd.size() == 1 else self._allreduce_mean(values)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def _allreduce_mean(self, values: tf.Tensor) -> tf.Tensor:
         return hvd.allreduce(values, op=hvd.Average, name="step_metrics")
 
     @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True)
