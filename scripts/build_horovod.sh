@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with two one-line patches that current
+# TensorFlow needs. scripts/setup_env.sh and both Dockerfiles call this, so the three builds cannot drift apart.
+#
+#   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
+#
+# The patches, each applied to exactly one line of the unpacked sdist (the build stops if that line is not there
+# exactly once, so an unknown sdist is never built unpatched):
+# 1. horovod/tensorflow/CMakeLists.txt stops compiling xla_mpi_ops.cc, which includes headers that TensorFlow
+#    2.19+ wheels no longer ship; its code is all inside `#if HAVE_GPU` and only registers XLA custom calls for
+#    jit-compiled allreduces on GPUs, which hvd_mnist does not use.
+# 2. horovod/common/util.py mutes its build probe (a forked child of horovodrun that imports TensorFlow) at the
+#    file-descriptor level, as its docstring says it does: TensorFlow 2.21 logs from C++ straight to fd 2, so
+#    every `horovodrun` otherwise prints TensorFlow's start-up lines before any worker starts.
+set -euo pipefail
+
+HOROVOD_VERSION=0.28.1
+SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+
+fail() { printf 'build_horovod: error: %s\n' "$*" >&2; exit 1; }
+(($# == 2)) || fail "usage: build_horovod.sh PYTHON OUT_DIR"
+PYTHON="$1"
+OUT_DIR="$2"
+work="$(mktemp -d -t horovod-build.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+
+quietly() {  # run a command with its output in $work/log, shown only when it fails
+  "$@" > "$work/log" 2>&1 || { tail -n 40 "$work/log" >&2; fail "$* failed"; }
+}
+quietly "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps --no-binary horovod \
+  --no-build-isolation -d "$work" "horovod==$HOROVOD_VERSION"
+sdist="$work/horovod-$HOROVOD_VERSION.tar.gz"
+[[ -f "$sdist" ]] || fail "pip did not fetch the sdist horovod-$HOROVOD_VERSION.tar.gz"
+echo "$SDIST_SHA256  $sdist" | sha256sum --check --quiet - >/dev/null 2>&1 \
+  || fail "$(basename "$sdist") has SHA-256 $(sha256sum "$sdist" | cut -d' ' -f1), expected $SDIST_SHA256"
+tar -xzf "$sdist" -C "$work"
+src="$work/horovod-$HOROVOD_VERSION"
+
+patch_line() {  # patch_line FILE OLD NEW: replace the one line OLD of FILE with NEW (nothing: delete it)
+  local file="$src/$1" found
+  found="$(grep -cxF -- "$2" "$file" || true)"
+  ((found == 1)) || fail "$1 holds the line to patch $found times, expected once: $2"
+  awk -v old="$2" -v new="$3" '$0 == old { if (new != "") print new; next } { print }' "$file" > "$file.patched"
+  mv "$file.patched" "$file"
+  ! grep -qxF -- "$2" "$file" || fail "$1 still holds the patched line"
+}
+# shellcheck disable=SC2016  # the CMake line is matched literally
+patch_line horovod/tensorflow/CMakeLists.txt \
+  'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")' ''
+patch_line horovod/common/util.py "            sys.stderr = open(os.devnull, 'w')" \
+  "            sys.stderr = open(os.devnull, 'w'); os.dup2(sys.stderr.fileno(), 1); os.dup2(sys.stderr.fileno(), 2)"
+
+mkdir -p "$OUT_DIR"
+MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" quietly "$PYTHON" -m pip wheel --disable-pip-version-check -q \
+  --no-build-isolation --no-cache-dir --no-deps -w "$OUT_DIR" "$src"
+ls "$OUT_DIR/horovod-$HOROVOD_VERSION-"*.whl >/dev/null 2>&1 || fail "no horovod wheel in $OUT_DIR"
