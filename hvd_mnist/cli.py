@@ -6,15 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from hvd_mnist.config import MODELS, TrainConfig
+from hvd_mnist.config import CLASSIC, EXPORTS, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
   mpirun -np 4 python -m hvd_mnist --data-dir ~/mnist       # IDX files, 4 workers over MPI
+  horovodrun -np 2 python -m hvd_mnist --eval-every 100 --target-accuracy 0.9 --keep-best
   horovodrun -np 2 python -m hvd_mnist --train-records data/train.tfrecords --test-records data/test.tfrecords
   horovodrun -np 2 python -m hvd_mnist --output-dir runs/a --resume
+  hvd-mnist plot runs/a                                     # loss, accuracy and LR of a run as a PNG
 """
 
 
@@ -33,9 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="TFRecord files or globs to train on instead of IDX data")
     data.add_argument("--test-records", nargs="+", default=[], metavar="FILE", help="TFRecord files to evaluate on")
     data.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="read each shard in file order")
+    data.add_argument("--validation-size", type=int, metavar="N",
+                      help="training examples held out for --eval-every, chosen by --seed (default: a tenth, "
+                           "at most 5000); never the test set")
     model = parser.add_argument_group("model and optimization")
     model.add_argument("--model", choices=MODELS, default=d.model, help="(default: %(default)s)")
     model.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank (default: %(default)s)")
+    model.add_argument("--accumulate", type=int, default=d.accumulate, metavar="K",
+                       help="sum the gradients of K batches before each allreduce and update: a global batch of "
+                            "batch size x ranks x K (default: %(default)s)")
     model.add_argument("--steps", type=int, default=d.steps, help="final global step (default: %(default)s)")
     model.add_argument("--lr", type=float, default=d.lr, help="base learning rate (default: %(default)s)")
     model.add_argument("--lr-decay", type=float, default=d.lr_decay, help="(default: %(default)s)")
@@ -47,8 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="linear ramp to the scaled LR (with --scale-lr; default: %(default)s)")
     model.add_argument("--l2", type=float, default=d.l2, help="L2 regularization scale (default: %(default)s)")
     model.add_argument("--ema-decay", type=float, default=d.ema_decay, help="(default: %(default)s)")
-    model.add_argument("--seed", type=int, default=d.seed, help="initialization and shuffling (default: %(default)s)")
-    speed = parser.add_argument_group("precision and speed")
+    model.add_argument("--seed", type=int, default=d.seed,
+                       help="initialization, shuffling and the validation split (default: %(default)s)")
+    model.add_argument("--classic", action="store_true",
+                       help="the classic tower script's values where the defaults differ: "
+                            + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in CLASSIC.items())
+                            + " (tuned for raw 0..255 pixels; learns slowly on [0, 1] ones)")
+    evaluation = parser.add_argument_group("evaluation while training")
+    evaluation.add_argument("--eval-every", type=int, default=d.eval_every, metavar="N",
+                            help="evaluate the moving-average weights on the validation split every N steps "
+                                 "(default: off)")
+    evaluation.add_argument("--target-accuracy", type=float, metavar="X",
+                            help="stop once validation accuracy reaches X (0..1), then finish as usual")
+    evaluation.add_argument("--keep-best", action="store_true",
+                            help="also keep the checkpoint of the best validation accuracy in checkpoints/best/")
+    speed = parser.add_argument_group("precision, speed and profiling")
     speed.add_argument("--mixed-precision", action="store_true",
                        help="compute in float16 on float32 variables, with static loss scaling (for GPUs)")
     speed.add_argument("--loss-scale", type=float, default=d.loss_scale,
@@ -58,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--no-cpu-binding", dest="bind_cpus", action="store_false",
                        help="on CPU, leave the ranks free on every core instead of giving each its own share "
                             "(binding is skipped anyway where the launcher or a cpuset already bound them)")
+    speed.add_argument("--horovod-timeline", action="store_true",
+                       help="write Horovod's timeline of every collective to timeline.json in the run directory "
+                            "(any launcher; open it in https://ui.perfetto.dev)")
     out = parser.add_argument_group("output (written by rank 0 only)")
     out.add_argument("--output-dir", type=Path, help="run directory (default: runs/run-<UTC time>)")
     out.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
@@ -68,24 +92,46 @@ def build_parser() -> argparse.ArgumentParser:
                      help="weight and gradient histograms every N steps")
     out.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="(default: %(default)s)")
     out.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="(default: %(default)s)")
+    out.add_argument("--export", choices=EXPORTS, default=d.export,
+                     help="SavedModel of the final or the best (--keep-best) moving-average weights, or none "
+                          "(default: %(default)s)")
+    out.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size, help=argparse.SUPPRESS)
     elastic = parser.add_argument_group("elastic training (horovodrun --min-np/--max-np --host-discovery-script)")
     elastic.add_argument("--elastic", action="store_true",
                          help="keep training when workers leave or join (Horovod Elastic, Gloo)")
     elastic.add_argument("--commit-every", type=int, default=d.commit_every,
                          help="elastic state commit interval; a lost worker costs at most this many steps")
-    out.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size, help=argparse.SUPPRESS)
+    elastic.add_argument("--keep-global-batch", action="store_true",
+                         help="when the number of ranks changes, adjust --accumulate to keep the global batch")
     return parser
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """Flags to a TrainConfig; with --classic, the classic script's values are the defaults that flags override."""
+    parser = build_parser()
+    if parser.parse_known_args(argv)[0].classic:
+        parser.set_defaults(**CLASSIC)
+    args = vars(parser.parse_args(argv))
+    args.pop("classic")
+    return TrainConfig(**args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and train; a run that cannot go on ends with one line on stderr and a non-zero status."""
-    args = build_parser().parse_args(argv)
-    config = TrainConfig(**vars(args))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plot"]:
+        from hvd_mnist.plot import main as plot_main
+
+        return plot_main(argv[1:])
+    config = parse_config(argv)
     try:
         config.validate()
-        from hvd_mnist.runner import run  # imported late: TensorFlow and Horovod take seconds to load
+        from hvd_mnist.startup import import_tensorflow_quietly
 
-        run(config)
+        import_tensorflow_quietly()  # seconds; only once the flags are known to be good
+        from hvd_mnist.session import run_session
+
+        run_session(config)
     except RunEnded as err:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
-from hvd_mnist.model import Classifier
+from hvd_mnist.model import Classifier, build_model
 from hvd_mnist.schedule import MovingAverage
 
 
@@ -30,3 +31,11 @@ def export_model(model: Classifier, ema: MovingAverage, directory: Path) -> Path
         serving = ServingModel(model)
         tf.saved_model.save(serving, str(directory), signatures={"serving_default": serving.serve})
     return directory
+
+
+def export_checkpoint(checkpoint_path: str, config: TrainConfig, directory: Path) -> Path:
+    """Export the moving-average weights stored in a checkpoint (say, the best one) instead of the live ones."""
+    model = build_model(config.model, config.mixed_precision)
+    ema = MovingAverage(list(model.trainable_variables), config.ema_decay)
+    tf.train.Checkpoint(model=model, ema=ema).restore(checkpoint_path).expect_partial()
+    return export_model(model, ema, directory)

@@ -1,4 +1,4 @@
-"""The training loop: steps, progress, checkpoints, graceful stops, then evaluation and export."""
+"""The training loop of one rank: restore, train to the end, act on what the cadence says is due, then finish."""
 
 from __future__ import annotations
 
@@ -13,24 +13,23 @@ from pathlib import Path
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from hvd_mnist.cadence import Cadence
 from hvd_mnist.checkpointing import Checkpoints
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import train_dataset
-from hvd_mnist.data.sources import Split
+from hvd_mnist.data.sources import Dataset
 from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WorkerLost
-from hvd_mnist.export import export_model
+from hvd_mnist.export import export_checkpoint, export_model
 from hvd_mnist.faults import maybe_kill, planned_step
+from hvd_mnist.replica import Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
+from hvd_mnist.startup import seconds_since_process_start
 from hvd_mnist.stopping import StopSignal
-from hvd_mnist.trainer import Trainer
 
 log = logging.getLogger("hvd_mnist")
-
-# Steps between agreements on stop requests (a signal stops the run within this many steps); also the
-# most steps one call of the compiled loop runs.
-SYNC_EVERY = 10
+REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes
 
 
 @dataclass(frozen=True)
@@ -43,191 +42,226 @@ class RunResult:
     weights_sha256: list[str]
 
 
-def _restore(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig) -> None:
-    """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
-    if config.resume:
-        log.info("resumed from %s", on_chief(world, checkpoints.restore_latest, "restore"))
-    trainer.broadcast_from_chief()
-    start_step = int(trainer.step.numpy())
-    if start_step >= config.steps:
-        raise UserError(f"--resume: the checkpoint is at step {start_step}, not before --steps {config.steps}")
-    previous, current = int(trainer.global_batch.numpy()), config.batch_size * world.size
-    if previous != current:
-        log.warning("global batch changes from %d to %d (%d rank(s) x %d) at step %d; the LR schedule follows the "
-                    "new global batch", previous, current, world.size, config.batch_size, start_step)
-        trainer.global_batch.assign(current)
+class TrainingLoop:
+    """Trains this rank's replica to --steps (or to --target-accuracy), then checks, tests and exports.
 
-
-def _last_checkpoint(checkpoints: Checkpoints, world: World) -> str:
-    """'; last good checkpoint: PATH' for rank 0's messages (only rank 0 writes checkpoints)."""
-    return f"; last good checkpoint: {checkpoints.latest or 'none'}" if world.is_chief else ""
-
-
-def _save(trainer: Trainer, checkpoints: Checkpoints, world: World, step: int) -> None:
-    """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""
-    if not trainer.weights_finite():
-        raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{_last_checkpoint(checkpoints, world)}")
-    if world.is_chief:
-        path = checkpoints.save(step, before_commit=lambda: maybe_kill("save", world.rank, step))
-        log.info("saved checkpoint %s", path)
-
-
-@contextlib.contextmanager
-def _lost_worker_ends_run(step: int, checkpoints: Checkpoints, world: World,
-                          elastic: VariablesState | None) -> Iterator[None]:
-    """Turn a failed collective into WorkerLost (one line, a hint to resume); elastic runs let Horovod recover."""
-    try:
-        yield
-    except tf.errors.OpError:
-        if elastic is not None:
-            raise
-        raise WorkerLost(f"collective failed after step {step}: a worker died or is unreachable"
-                         f"{_last_checkpoint(checkpoints, world)}; rerun with --resume") from None
-
-
-def _next_look(step: int, config: TrainConfig, elastic: bool, fault_step: int | None) -> int:
-    """The first step after `step` whose results the loop must see: a report or stop agreement, histogram,
-    checkpoint, elastic commit, planned fault, or the last step. The steps up to it run in one call."""
-    periods = [config.log_every, config.summary_every, SYNC_EVERY, config.histogram_every, config.checkpoint_every]
-    if elastic:
-        periods.append(config.commit_every)
-    candidates = [(step // every + 1) * every for every in periods] + [config.steps]
-    if fault_step is not None and fault_step > step:
-        candidates.append(fault_step)
-    return min(candidates)
-
-
-def _report(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
-            throughput: Throughput, step: int, metrics: dict[str, tf.Tensor], stop: StopSignal) -> tuple[float, bool]:
-    """Average loss, accuracy and stop votes over the ranks (one small allreduce at np > 1), log and summarize them.
-
-    Returns the averaged loss and whether any rank asked to stop.
+    It holds the run's collaborators, so each part below reads as one step of the story: restore, train,
+    do what is due, finish. When something is due comes from one Cadence.
     """
-    loss, accuracy, stop_votes = trainer.average_over_ranks(
-        tf.stack([metrics["loss"], metrics["accuracy"], stop.vote])).numpy().tolist()
-    lr = float(metrics["lr"])
-    if not math.isfinite(loss):
-        raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped"
-                       f"{_last_checkpoint(checkpoints, world)}")
-    if step % config.log_every == 0 or step == config.steps:
-        examples_per_sec, sec_per_batch = throughput.read()
-        log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
-                 step, config.steps, loss, accuracy, lr, examples_per_sec, sec_per_batch)
-        reporter.event("train", step=step, loss=loss, accuracy=accuracy, lr=lr,
-                       examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
-    if step % config.summary_every == 0:
-        reporter.scalars(step, {"loss": loss, "accuracy": accuracy, "learning_rate": lr})
-    return loss, stop_votes > 0
 
+    def __init__(self, config: TrainConfig, world: World, run_dir: Path, data: Dataset) -> None:
+        self.config = config
+        self.world = world
+        self.run_dir = run_dir
+        self.data = data
+        self.replica = Replica(config, world.size)
+        self.checkpoints = Checkpoints(run_dir / "checkpoints", config.keep_checkpoints, **self.replica.trackables())
+        self.reporter = Reporter(None, enabled=False)
+        self.stop = StopSignal()
+        self.elastic: VariablesState | None = None
 
-def _loop(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, reporter: Reporter,
-          batches: tf.data.Iterator, start_step: int, stop: StopSignal, elastic: VariablesState | None) -> float:
-    """Train from start_step to config.steps; returns the last rank-averaged loss.
+    # --- the story ---------------------------------------------------------------------------------------------
 
-    In elastic mode the state is committed every --commit-every steps, and a failed collective is left
-    to Horovod Elastic, which rolls back to the last commit and carries on with the ranks that remain.
-    """
-    throughput = Throughput(config.batch_size * world.size)
-    loss = math.nan
-    fault_step = planned_step("step", world.rank)
-    step = start_step
-    while step < config.steps:
-        count = _next_look(step, config, elastic is not None, fault_step) - step
-        with _lost_worker_ends_run(step, checkpoints, world, elastic):
-            metrics = trainer.train_steps(batches, tf.constant(count, tf.int64))
-        ran = int(metrics["steps"])
-        step += ran
-        throughput.tick(ran)
-        if not bool(metrics["finite"]):
-            raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
-                           f"{_last_checkpoint(checkpoints, world)}")
-        maybe_kill("step", world.rank, step)
-        if elastic is not None and step % config.commit_every == 0:
-            elastic.commit()
-        stopping = False
-        if any(step % every == 0 for every in (config.log_every, config.summary_every, SYNC_EVERY)) \
-                or step == config.steps:
-            with _lost_worker_ends_run(step, checkpoints, world, elastic):
-                loss, stopping = _report(trainer, checkpoints, world, config, reporter, throughput, step, metrics,
-                                         stop)
-        if step % config.histogram_every == 0:
-            reporter.histograms(step, trainer.histograms(metrics["grads"]))
-        if stopping or step % config.checkpoint_every == 0 or step == config.steps:
-            _save(trainer, checkpoints, world, step)
-        if stopping:
-            name = signal.Signals(stop.signum).name if stop.signum else "a signal on another rank"
-            reporter.event("stopped", step=step, reason=name)
-            raise StopRequested(f"{name} at step {step}; checkpoint {checkpoints.latest} written on rank 0; "
-                                "continue with --resume", stop.exit_code())
-    return loss
+    def fit(self) -> RunResult:
+        """Run (or resume) training to the end, then evaluate the moving averages on the test set and export."""
+        if self.config.elastic:
+            return self._fit_elastic()
+        self._restore()
+        return self._run()
 
+    def _run(self) -> RunResult:
+        """From the replica's current step to the end, then the end-of-run checks, test and export."""
+        configure_logging(self.world)
+        start_step = int(self.replica.step.numpy())
+        self.reporter = Reporter(self.run_dir, enabled=self.world.is_chief)
+        self.reporter.event("start", start_step=start_step, world_size=self.world.size,
+                            global_batch=int(self.replica.global_batch.numpy()),
+                            accumulate=int(self.replica.micro_batches.numpy()))
+        self.stop.install()
+        try:
+            step, loss = self._train(start_step)
+            self.stop.uninstall()
+            return self._finish(step, loss)
+        finally:
+            self.stop.uninstall()
+            self.reporter.close()
 
-def _finish(trainer: Trainer, world: World, output_dir: Path, test_source: Split | None,
-            reporter: Reporter, config: TrainConfig) -> tuple[float | None, list[str]]:
-    """Check the ranks agree bit for bit, evaluate the moving averages, export (rank 0)."""
-    digests = hvd.allgather_object(trainer.weights_digest(), name="weights_digest")
-    if len(set(digests)) != 1:
-        raise RunEnded(f"ranks hold different weights after training: {digests}")
-    log.info("weights identical on all %d ranks (sha256 %s)", world.size, digests[0][:16])
-    accuracy = None
-    if test_source is not None:
-        accuracy = trainer.evaluate_ema(test_source, world)
-        log.info("test accuracy with moving-average weights: %.4f", accuracy)
-        reporter.scalars(config.steps, {"test_accuracy": accuracy})
-    if world.is_chief:
-        log.info("exported the moving-average model to %s", export_model(trainer.model, trainer.ema,
-                                                                         output_dir / "export"))
-    return accuracy, digests
+    def _train(self, start_step: int) -> tuple[int, float]:
+        """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""
+        config, replica = self.config, self.replica
+        fault_step = planned_step("step", self.world.rank)
+        cadence = Cadence.of(config, elastic=self.elastic is not None, fault_step=fault_step)
+        batches = iter(train_dataset(self.data.train, config.batch_size, self.world.rank, self.world.size,
+                                     config.seed, shuffle=config.shuffle,
+                                     start_step=start_step * int(replica.micro_batches.numpy())))
+        throughput = Throughput(int(replica.global_batch.numpy()))
+        step, loss = start_step, math.nan
+        while step < config.steps:
+            with self._collective(step):
+                metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64))
+            ran = int(metrics["steps"])
+            step += ran
+            throughput.tick(ran)
+            if not bool(metrics["finite"]):
+                raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
+                               f"{self._last_checkpoint()}")
+            due = cadence.due(step)
+            if "fault" in due:
+                maybe_kill("step", self.world.rank, step)
+            if "commit" in due:
+                self.elastic.commit()
+            stopping = False
+            if due & REPORTED:
+                loss, stopping = self._report(step, due, metrics, throughput)
+            if "histogram" in due:
+                self.reporter.histograms(step, replica.histograms(metrics["grads"]))
+            reached = "eval" in due and self._evaluate(step)
+            if stopping or reached or "checkpoint" in due:
+                self._save(step)
+            if stopping:
+                self._stopped(step)
+            if reached:
+                break
+        return step, loss
 
+    def _finish(self, step: int, loss: float) -> RunResult:
+        """Check the ranks agree bit for bit, evaluate the moving averages on the test set, export (rank 0)."""
+        digests = hvd.allgather_object(self.replica.weights_digest(), name="weights_digest")
+        if len(set(digests)) != 1:
+            raise RunEnded(f"ranks hold different weights after training: {digests}")
+        log.info("weights identical on all %d ranks (sha256 %s)", self.world.size, digests[0][:16])
+        accuracy = None
+        if self.data.test is not None:
+            accuracy = self.replica.evaluate(self.data.test, self.world.rank, self.world.size).accuracy
+            log.info("test accuracy with moving-average weights: %.4f", accuracy)
+            self.reporter.scalars(step, {"test_accuracy": accuracy})
+        if self.world.is_chief:
+            self._export()
+        self.reporter.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests)
+        return RunResult(step, loss, accuracy, digests)
 
-def _run(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
-         sources: tuple[Split, Split | None], elastic: VariablesState | None = None) -> RunResult:
-    """Train from the trainer's current step to the end, then check, evaluate and export."""
-    configure_logging(world)
-    start_step = int(trainer.step.numpy())
-    reporter = Reporter(output_dir, enabled=world.is_chief)
-    reporter.event("start", start_step=start_step, world_size=world.size, global_batch=config.batch_size * world.size)
-    batches = iter(train_dataset(sources[0], config.batch_size, world.rank, world.size, config.seed,
-                                 shuffle=config.shuffle, start_step=start_step))
-    stop = StopSignal()
-    stop.install()
-    try:
-        final_loss = _loop(trainer, checkpoints, world, config, reporter, batches, start_step, stop, elastic)
-        stop.uninstall()
-        accuracy, digests = _finish(trainer, world, output_dir, sources[1], reporter, config)
-        reporter.event("end", step=config.steps, loss=final_loss, test_accuracy=accuracy, weights_sha256=digests)
-    finally:
-        stop.uninstall()
-        reporter.close()
-    return RunResult(config.steps, final_loss, accuracy, digests)
+    # --- what is due at a pause ----------------------------------------------------------------------------------
 
+    def _report(self, step: int, due: frozenset[str], metrics: dict[str, tf.Tensor],
+                throughput: Throughput) -> tuple[float, bool]:
+        """Average loss, accuracy and stop votes over the ranks (one small allreduce at np > 1), log and summarize.
 
-def _run_elastic(trainer: Trainer, checkpoints: Checkpoints, world: World, config: TrainConfig, output_dir: Path,
-                 sources: tuple[Split, Split | None]) -> RunResult:
-    """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
-    if config.resume:
-        log.info("resumed from %s", checkpoints.restore_latest())  # every process; the first sync agrees
-    state = VariablesState(trainer.synced_variables)
+        Returns the averaged loss and whether any rank asked to stop.
+        """
+        with self._collective(step):
+            loss, accuracy, stop_votes = self.replica.average_over_ranks(
+                tf.stack([metrics["loss"], metrics["accuracy"], self.stop.vote])).numpy().tolist()
+        lr = float(metrics["lr"])
+        if not math.isfinite(loss):
+            raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped{self._last_checkpoint()}")
+        if "log" in due:
+            examples_per_sec, sec_per_batch = throughput.read()
+            log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
+                     step, self.config.steps, loss, accuracy, lr, examples_per_sec, sec_per_batch)
+            self.reporter.event("train", step=step, loss=loss, accuracy=accuracy, lr=lr,
+                                examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
+        if "summary" in due:
+            self.reporter.scalars(step, {"loss": loss, "accuracy": accuracy, "learning_rate": lr})
+        return loss, stop_votes > 0
 
-    def on_reset() -> None:
-        trainer.set_world_size(hvd.size())
-        log.warning("elastic reset: %d rank(s) now, continuing from step %d", hvd.size(), int(trainer.step.numpy()))
+    def _evaluate(self, step: int) -> bool:
+        """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
+        with self._collective(step):
+            result = self.replica.evaluate(self.data.validation, self.world.rank, self.world.size)
+        log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
+                 result.accuracy, result.loss, result.examples)
+        self.reporter.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)
+        self.reporter.scalars(step, {"validation/accuracy": result.accuracy, "validation/loss": result.loss})
+        if self.config.keep_best and result.accuracy > float(self.replica.best_accuracy.numpy()):
+            self.replica.best_accuracy.assign(result.accuracy)
+            if self.world.is_chief:
+                log.info("best validation accuracy so far: saved %s", self.checkpoints.save_best(step))
+        target = self.config.target_accuracy
+        if target is None or result.accuracy < target:
+            return False
+        seconds = seconds_since_process_start()
+        log.info("reached the target validation accuracy %.4f (%.4f) at step %d, %.1f s after start",
+                 target, result.accuracy, step, seconds)
+        self.reporter.event("target_reached", step=step, target=target, accuracy=result.accuracy,
+                            seconds_since_start=round(seconds, 3))
+        return True
 
-    state.register_reset_callbacks([on_reset])
+    def _save(self, step: int) -> None:
+        """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""
+        if not self.replica.weights_finite():
+            raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{self._last_checkpoint()}")
+        if self.world.is_chief:
+            path = self.checkpoints.save(step, before_commit=lambda: maybe_kill("save", self.world.rank, step))
+            log.info("saved checkpoint %s", path)
 
-    @hvd.elastic.run
-    def run(state: VariablesState) -> RunResult:
-        return _run(trainer, checkpoints, world.refreshed(), config, output_dir, sources, state)
+    def _stopped(self, step: int) -> None:
+        """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
+        name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
+        self.reporter.event("stopped", step=step, reason=name)
+        raise StopRequested(f"{name} at step {step}; checkpoint {self.checkpoints.latest} written on rank 0; "
+                            "continue with --resume", self.stop.exit_code())
 
-    return run(state)
+    def _export(self) -> None:
+        """The moving-average model as a SavedModel: the final weights, or the best checkpoint's (--export)."""
+        target = self.run_dir / "export"
+        if self.config.export == "final":
+            log.info("exported the moving-average model to %s", export_model(self.replica.model, self.replica.ema,
+                                                                             target))
+        elif self.config.export == "best" and self.checkpoints.best is not None:
+            log.info("exported the best checkpoint's moving-average model (%s) to %s", self.checkpoints.best,
+                     export_checkpoint(self.checkpoints.best, self.config, target))
 
+    # --- start, restore, and failures ----------------------------------------------------------------------------
 
-def train(config: TrainConfig, world: World, output_dir: Path, train_source: Split,
-          test_source: Split | None) -> RunResult:
-    """Run (or resume) training to config.steps, then evaluate with the moving averages and export."""
-    trainer = Trainer(config, world)
-    checkpoints = Checkpoints(output_dir / "checkpoints", config.keep_checkpoints, **trainer.trackables())
-    if config.elastic:
-        return _run_elastic(trainer, checkpoints, world, config, output_dir, (train_source, test_source))
-    _restore(trainer, checkpoints, world, config)
-    return _run(trainer, checkpoints, world, config, output_dir, (train_source, test_source))
+    def _restore(self) -> None:
+        """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
+        if self.config.resume:
+            log.info("resumed from %s", on_chief(self.world, self.checkpoints.restore_latest, "restore"))
+        self.replica.broadcast_from_chief()
+        start_step = int(self.replica.step.numpy())
+        if start_step >= self.config.steps:
+            raise UserError(f"--resume: the checkpoint is at step {start_step}, not before --steps {self.config.steps}")
+        previous = int(self.replica.global_batch.numpy())
+        self.replica.set_world_size(self.world.size)
+        current = int(self.replica.global_batch.numpy())
+        if previous != current:
+            log.warning("global batch changes from %d to %d (%d rank(s) x %d x %d micro-batches) at step %d; the LR "
+                        "schedule follows the new global batch", previous, current, self.world.size,
+                        self.config.batch_size, int(self.replica.micro_batches.numpy()), start_step)
+
+    def _fit_elastic(self) -> RunResult:
+        """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
+        if self.config.resume:
+            log.info("resumed from %s", self.checkpoints.restore_latest())  # every process; the first sync agrees
+        state = VariablesState(self.replica.synced_variables)
+
+        def on_reset() -> None:
+            log.warning("elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(),
+                        int(self.replica.step.numpy()))
+
+        state.register_reset_callbacks([on_reset])
+
+        @hvd.elastic.run
+        def run(state: VariablesState) -> RunResult:
+            # After Horovod's sync, so that a worker that just joined rescales from rank 0's state.
+            self.world = self.world.refreshed()
+            self.replica.set_world_size(self.world.size)
+            self.elastic = state
+            return self._run()
+
+        return run(state)
+
+    def _last_checkpoint(self) -> str:
+        """'; last good checkpoint: PATH' for rank 0's messages (only rank 0 writes checkpoints)."""
+        return f"; last good checkpoint: {self.checkpoints.latest or 'none'}" if self.world.is_chief else ""
+
+    @contextlib.contextmanager
+    def _collective(self, step: int) -> Iterator[None]:
+        """Turn a failed collective into WorkerLost (one line, a hint to resume); elastic runs let Horovod recover."""
+        try:
+            yield
+        except tf.errors.OpError:
+            if self.elastic is not None:
+                raise
+            raise WorkerLost(f"collective failed after step {step}: a worker died or is unreachable"
+                             f"{self._last_checkpoint()}; rerun with --resume") from None

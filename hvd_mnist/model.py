@@ -88,10 +88,14 @@ def build_model(name: str, mixed_precision: bool = False) -> Classifier:
     return model
 
 
+def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """Per-example sparse softmax cross-entropy [B]."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+
+
 def regularized_loss(model: Classifier, logits: tf.Tensor, labels: tf.Tensor, l2_scale: float) -> tf.Tensor:
-    """Mean sparse softmax cross-entropy of the logits plus the model's L2 penalty, as in the classic script."""
-    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    return tf.reduce_mean(cross_entropy) + model.l2_penalty(l2_scale)
+    """Mean cross-entropy of the logits plus the model's L2 penalty, as in the classic script."""
+    return tf.reduce_mean(cross_entropy(logits, labels)) + model.l2_penalty(l2_scale)
 
 
 def correct_predictions(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

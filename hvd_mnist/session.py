@@ -1,53 +1,71 @@
-"""Wire one run together: Horovod and the device, the run directory, the data, then training."""
+"""One process's session: Horovod and the device, the data, the run directory, then the training loop."""
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
+
+import horovod.tensorflow as hvd
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
-from hvd_mnist.data.sources import Split, load_dataset
+from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.distribution import on_chief, setup_world
 from hvd_mnist.errors import UserError
+from hvd_mnist.loop import RunResult, TrainingLoop
 from hvd_mnist.reporting import configure_logging
 from hvd_mnist.rundir import prepare_run_dir
-from hvd_mnist.train import RunResult, train
 
 log = logging.getLogger("hvd_mnist")
+TIMELINE_FILE = "timeline.json"
 
 
-def resolve_sources(config: TrainConfig) -> tuple[Split, Split | None, str]:
-    """Training and test examples in memory: from TFRecord files when given, otherwise the chosen dataset."""
-    test_split = read_records(check_record_files(config.test_records)) if config.test_records else None
+def load_data(config: TrainConfig) -> Dataset:
+    """Examples in memory: TFRecord files when given, otherwise the chosen dataset; a validation split held
+    out of the training examples when the run evaluates while it trains."""
+    test = read_records(check_record_files(config.test_records)) if config.test_records else None
     if config.train_records:
         train_files = check_record_files(config.train_records)
-        train_split = read_records(train_files)
-        return train_split, test_split, f"{len(train_split)} examples in TFRecords {', '.join(train_files)}"
-    dataset = load_dataset(config.dataset, config.data_dir)
-    return dataset.train, test_split or dataset.test, dataset.description
+        train = read_records(train_files)
+        dataset = Dataset(train, test, f"{len(train)} examples in TFRecords {', '.join(train_files)}")
+    else:
+        dataset = load_dataset(config.dataset, config.data_dir)
+        if test is not None:
+            dataset = Dataset(dataset.train, test, dataset.description)
+    if config.evaluates:
+        dataset = hold_out_validation(dataset, config.validation_size, config.seed)
+    return dataset
 
 
-def run(config: TrainConfig) -> RunResult:
+def run_session(config: TrainConfig) -> RunResult:
     """Validate, set up the world, and train; raises UserError for bad input."""
     config.validate()
+    if config.horovod_timeline:
+        os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # lets hvd.start_timeline write into the run directory
     world = setup_world(config.bind_cpus)
     configure_logging(world)
-    train_source, test_source, description = resolve_sources(config)  # bad data fails before any file is written
-    if len(train_source) < world.size:
-        raise UserError(f"{len(train_source)} training examples cannot be shared among {world.size} ranks")
+    data = load_data(config)  # bad data fails on every rank before any file is written
+    if len(data.train) < world.size:
+        raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
     if config.elastic:
         # No collective before hvd.elastic.run: a worker joining later must not wait for one. The
         # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.
         run_dir = prepare_run_dir(config) if world.is_chief else Path(config.output_dir)
     else:
         run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
-    global_batch = config.batch_size * world.size
     log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
-    log.info("data: %s", description)
-    log.info("model %s, batch %d per rank (global %d), %d steps, output in %s",
-             config.model, config.batch_size, global_batch, config.steps, run_dir)
-    result = train(config, world, run_dir, train_source, test_source)
+    log.info("data: %s", data.description)
+    accumulation = f" x {config.accumulate} micro-batches" if config.accumulate > 1 else ""
+    log.info("model %s, batch %d per rank%s (global %d), %d steps, output in %s", config.model, config.batch_size,
+             accumulation, config.global_batch(world.size), config.steps, run_dir)
+    if config.horovod_timeline:
+        hvd.start_timeline(str(run_dir / TIMELINE_FILE))  # only rank 0, Horovod's coordinator, writes it
+    result = TrainingLoop(config, world, run_dir, data).fit()
+    if config.horovod_timeline:
+        hvd.stop_timeline()
+        log.info("Horovod timeline: %s (open it in https://ui.perfetto.dev or chrome://tracing)",
+                 run_dir / TIMELINE_FILE)
     log.info("done: step %d, loss %.4f, test accuracy %s", result.final_step, result.final_loss,
              "n/a" if result.test_accuracy is None else f"{result.test_accuracy:.4f}")
     return result

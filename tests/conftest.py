@@ -35,6 +35,8 @@ def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
     if launcher == "python":
         assert np_ == 1
         return module
+    if launcher == "horovodrun":  # the README's command: MPI where Open MPI is installed
+        return [str(BIN / "horovodrun"), "-np", str(np_), *module]
     if launcher == "gloo":
         return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}", *module]
     if launcher == "horovodrun-mpi":

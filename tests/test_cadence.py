@@ -1,27 +1,45 @@
-"""The training loop runs several steps per call, but stops at every step whose results it must see."""
+"""The loop's one schedule: the compiled multi-step calls end exactly at the steps where something is due."""
 
+import pytest
+
+from hvd_mnist.cadence import SYNC_EVERY, Cadence
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.train import SYNC_EVERY, _next_look
 
 
-def looks(config: TrainConfig, elastic: bool, fault_step: int | None) -> list[int]:
+def pauses(cadence: Cadence) -> list[int]:
     step, seen = 0, []
-    while step < config.steps:
-        step = _next_look(step, config, elastic, fault_step)
+    while step < cadence.last_step:
+        step = cadence.next_pause(step)
         seen.append(step)
     return seen
 
 
-def test_every_report_checkpoint_commit_fault_and_the_end_is_a_look():
-    config = TrainConfig(steps=95, log_every=30, summary_every=40, histogram_every=45, checkpoint_every=25,
-                         commit_every=7)
-    expected = {*range(SYNC_EVERY, 95, SYNC_EVERY), 30, 60, 90, 40, 80, 45, 25, 50, 75, 95}
-    assert looks(config, elastic=False, fault_step=None) == sorted(expected)
-    with_commits_and_fault = expected | set(range(7, 95, 7)) | {13}
-    assert looks(config, elastic=True, fault_step=13) == sorted(with_commits_and_fault)
+CONFIG = TrainConfig(steps=95, log_every=30, summary_every=40, histogram_every=45, checkpoint_every=25,
+                     commit_every=7, eval_every=35)
+
+
+@pytest.mark.parametrize(("elastic", "fault_step"), [(False, None), (True, 13)])
+def test_the_calls_end_exactly_where_something_is_due(elastic, fault_step):
+    """Planning and doing read one schedule: every step with an action is a pause, and no other step is."""
+    cadence = Cadence.of(CONFIG, elastic=elastic, fault_step=fault_step)
+    assert pauses(cadence) == [step for step in range(1, 96) if cadence.due(step)]
+
+
+def test_what_is_due_and_when():
+    cadence = Cadence.of(CONFIG, elastic=True, fault_step=13)
+    assert cadence.due(13) == {"fault"}
+    assert cadence.due(35) == {"eval", "commit"}
+    assert cadence.due(40) == {"summary", "sync"}
+    assert cadence.due(90) == {"log", "sync", "histogram"}
+    assert cadence.due(95) == {"log", "sync", "checkpoint", "eval"}  # the last step
+    assert not cadence.due(94)
+    plain = Cadence.of(CONFIG)
+    assert "commit" not in plain.due(35) and "fault" not in plain.due(13)
+    assert plain.due(95) == {"log", "sync", "checkpoint", "eval"}
+    assert "eval" not in Cadence.of(TrainConfig(steps=95)).due(95)  # no evaluation unless asked
 
 
 def test_no_call_runs_more_than_the_stop_agreement_interval():
     config = TrainConfig(steps=1000, log_every=500, summary_every=500, histogram_every=500, checkpoint_every=500)
-    seen = looks(config, elastic=False, fault_step=None)
+    seen = pauses(Cadence.of(config))
     assert max(b - a for a, b in zip([0, *seen], seen, strict=False)) == SYNC_EVERY

@@ -1,24 +1,38 @@
-"""The command line: --help, flag validation and one-line errors with a non-zero exit."""
+"""The command line: --help, defaults, --classic, flag validation and one-line errors with a non-zero exit."""
+
+import re
+import subprocess
 
 import pytest
-from conftest import run_cli
+from conftest import BIN, run_cli
 
-from hvd_mnist.cli import build_parser
-from hvd_mnist.config import TrainConfig
+from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
 
 
-def test_defaults_are_the_classic_hyperparameters():
-    config = TrainConfig(**vars(build_parser().parse_args([])))
-    assert (config.batch_size, config.steps, config.lr, config.lr_decay) == (100, 1000, 0.001, 0.99)
+def test_defaults_learn_and_classic_restores_the_tower_script():
+    config = parse_config([])
+    assert (config.batch_size, config.steps, config.lr, config.lr_decay) == (100, 1000, 0.1, 0.99)
     assert (config.l2, config.ema_decay, config.model, config.decay_examples) == (1e-4, 0.99, "mlp", 60000)
-    assert config.decay_steps(world_size=2) == 300.0
+    assert config.decay_steps(config.global_batch(world_size=2)) == 300.0
+    assert parse_config(["--classic"]).lr == 0.001
+    assert parse_config(["--classic", "--lr", "0.05"]).lr == 0.05  # an explicit flag still wins
+    assert not config.evaluates and parse_config(["--eval-every", "100"]).evaluates
+
+
+def test_accumulation_multiplies_the_global_batch():
+    config = parse_config(["--batch-size", "50", "--accumulate", "4"])
+    assert config.global_batch(world_size=2) == 400
+    assert config.decay_steps(config.global_batch(2)) == 150.0
+    assert config.accumulation_near(400, world_size=3) == 3  # 450 is the nearest to 400 with 3 ranks
+    assert config.accumulation_near(400, world_size=16) == 1
 
 
 def test_help_lists_the_flags():
     proc = run_cli("--help")
     assert proc.returncode == 0
-    for flag in ("--data-dir", "--train-records", "--scale-lr", "--resume", "--checkpoint-every", "--model"):
+    for flag in ("--data-dir", "--train-records", "--scale-lr", "--resume", "--checkpoint-every", "--model",
+                 "--eval-every", "--target-accuracy", "--keep-best", "--accumulate", "--classic", "--horovod-timeline"):
         assert flag in proc.stdout
 
 
@@ -27,16 +41,35 @@ def test_help_lists_the_flags():
     [
         (["--batch-size", "0"], "--batch-size must be positive"),
         (["--steps", "-5"], "--steps must be positive"),
+        (["--accumulate", "0"], "--accumulate must be positive"),
         (["--lr", "-0.1"], "--lr must be positive"),
         (["--ema-decay", "1.5"], "--ema-decay must be in (0, 1]"),
         (["--resume"], "--resume needs --output-dir"),
+        (["--eval-every", "-1"], "--eval-every must not be negative"),
+        (["--target-accuracy", "0.9"], "--target-accuracy and --keep-best need --eval-every"),
+        (["--eval-every", "10", "--target-accuracy", "1.5"], "--target-accuracy must be in (0, 1]"),
+        (["--export", "best"], "--export best needs --keep-best"),
+        (["--eval-every", "10", "--validation-size", "0"], "--validation-size must be positive"),
+        (["--keep-global-batch"], "--keep-global-batch is for --elastic runs"),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags, message):
     with pytest.raises(UserError, match=message.replace("(", "\\(").replace(")", "\\)")):
-        TrainConfig(**vars(build_parser().parse_args(flags))).validate()
+        parse_config(flags).validate()
 
 
 def test_unknown_model_is_rejected_by_argparse():
     proc = run_cli("--model", "resnet")
     assert proc.returncode == 2 and "invalid choice: 'resnet'" in proc.stderr
+
+
+def test_no_flag_is_an_ambiguous_abbreviation_of_a_horovodrun_option():
+    """horovodrun reads every option of its command line, the trainer's too: a flag of ours that starts two of
+    its options (as --timeline would: --timeline-filename, --timeline-mark-cycles) stops the launch."""
+    horovodrun_help = subprocess.run([str(BIN / "horovodrun"), "--help"], capture_output=True, text=True,
+                                     timeout=60).stdout
+    theirs = set(re.findall(r"--[a-z][a-z0-9-]*", horovodrun_help))
+    assert {"--timeline-filename", "--elastic-timeout", "--verbose"} <= theirs
+    ours = {option for action in build_parser()._actions for option in action.option_strings if option[:2] == "--"}
+    for option in ours:
+        assert len({other for other in theirs if other.startswith(option) and other != option}) < 2, option

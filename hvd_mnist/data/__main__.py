@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from hvd_mnist.data.download import MNIST_MIRROR, download_mnist
-from hvd_mnist.data.records import write_records
 from hvd_mnist.data.sources import DATASETS, load_dataset
 from hvd_mnist.errors import UserError
 
@@ -32,6 +31,11 @@ def run(args: argparse.Namespace) -> None:
     if args.command == "download":
         log.info("MNIST files verified in %s", download_mnist(args.dest, args.mirror))
         return
+    from hvd_mnist.startup import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+    from hvd_mnist.data.records import write_records
+
     dataset = load_dataset(args.dataset, args.data_dir)
     log.info("converting %s", dataset.description)
     args.out_dir.mkdir(parents=True, exist_ok=True)

