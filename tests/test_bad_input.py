@@ -1,4 +1,5 @@
-"""Bad input, end to end: one clear line on stderr, exit status 2, no traceback, nothing overwritten."""
+"""Bad input: each check in-process (fast), and the contract end to end for a few (one clear line on stderr,
+exit status 2, no traceback, nothing written or overwritten)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import pytest
 import tensorflow as tf
 from conftest import run_cli, run_trainer
 
+from hvd_mnist.cli import parse_config
 from hvd_mnist.data.idx import LABELS_MAGIC, write_idx
 from hvd_mnist.data.records import serialize_example, write_records
 from hvd_mnist.data.sources import Split
-
-pytestmark = pytest.mark.slow
+from hvd_mnist.errors import UserError
+from hvd_mnist.rundir import prepare_run_dir
+from hvd_mnist.session import load_data
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, expected: str) -> None:
@@ -64,7 +67,14 @@ def valid_records(path):
     return path
 
 
-def test_idx_with_wrong_magic(tmp_path):
+def load(*flags: str):
+    """The session's data loading, in this process, for the given flags."""
+    return load_data(parse_config(list(flags)))
+
+
+@pytest.mark.slow
+def test_idx_with_wrong_magic_end_to_end(tmp_path):
+    """The whole contract once, through the real command line: one line, exit 2, no traceback, no run dir."""
     data = idx_dir(tmp_path / "d", images=np.zeros(20, np.uint8))  # a labels file where images belong
     proc = run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run"))
     assert_one_line_error(proc, f"wrong IDX magic number 0x{LABELS_MAGIC:08x}")
@@ -75,14 +85,19 @@ def test_truncated_idx(tmp_path):
     data = idx_dir(tmp_path / "d")
     path = data / "train-labels-idx1-ubyte.gz"
     path.write_bytes(path.read_bytes()[:12])
-    assert_one_line_error(run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run")),
-                          "cannot read IDX file")
+    with pytest.raises(UserError, match="cannot read IDX file"):
+        load("--data-dir", str(data))
 
 
 def test_image_label_count_mismatch(tmp_path):
     data = idx_dir(tmp_path / "d", labels=np.zeros(19, np.uint8))
-    assert_one_line_error(run_cli("--data-dir", str(data), "--output-dir", str(tmp_path / "run")),
-                          "has 20 images but train-labels-idx1-ubyte.gz has 19 labels")
+    with pytest.raises(UserError, match="has 20 images but train-labels-idx1-ubyte.gz has 19 labels"):
+        load("--data-dir", str(data))
+
+
+def test_missing_data_directory():
+    with pytest.raises(UserError, match="data directory not found: /nonexistent/mnist"):
+        load("--data-dir", "/nonexistent/mnist")
 
 
 @pytest.mark.parametrize(
@@ -97,32 +112,34 @@ def test_image_label_count_mismatch(tmp_path):
 )
 def test_bad_tfrecords(tmp_path, make, expected):
     path = make(tmp_path / "train.tfrecords")
-    proc = run_cli("--train-records", str(path), "--output-dir", str(tmp_path / "run"))
-    assert_one_line_error(proc, f"bad TFRecord file {path}: ")
-    assert expected in proc.stderr
+    with pytest.raises(UserError, match=f"bad TFRecord file {path}: .*{expected}"):
+        load("--train-records", str(path))
+
+
+def test_validation_split_larger_than_the_training_data():
+    with pytest.raises(UserError, match="--validation-size 4000 leaves no training examples"):
+        load("--eval-every", "10", "--validation-size", "4000")
+
+
+def test_bad_flags_end_to_end(tmp_path):
+    assert_one_line_error(run_cli("--batch-size", "0", "--output-dir", str(tmp_path / "run")),
+                          "--batch-size must be positive")
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [
-        (["--batch-size", "0"], "--batch-size must be positive"),
-        (["--steps", "0"], "--steps must be positive"),
-        (["--lr", "-0.5"], "--lr must be positive"),
-        (["--model", "resnet"], "invalid choice: 'resnet'"),
-        (["--data-dir", "/nonexistent/mnist"], "data directory not found: /nonexistent/mnist"),
-    ],
-)
-def test_bad_flags(tmp_path, flags, expected):
-    assert_one_line_error(run_cli(*flags, "--output-dir", str(tmp_path / "run")), expected)
+def prepare(*flags: str):
+    return prepare_run_dir(parse_config(list(flags)))
 
 
 def test_resume_without_checkpoint(tmp_path):
     (tmp_path / "run").mkdir()
-    assert_one_line_error(run_cli("--output-dir", str(tmp_path / "run"), "--resume"), "--resume: no checkpoints in")
+    with pytest.raises(UserError, match="--resume: no checkpoints in"):
+        prepare("--output-dir", str(tmp_path / "run"), "--resume")
 
 
+@pytest.mark.slow
 def test_resume_from_another_models_checkpoint(tmp_path):
+    """End to end: a real run's checkpoint, resumed with another --model, is refused and left as it was."""
     run_dir = tmp_path / "run"
     run_trainer("python", 1, "--steps", "5", "--output-dir", str(run_dir))
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -134,8 +151,8 @@ def test_resume_from_another_models_checkpoint(tmp_path):
 def test_output_dir_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert_one_line_error(run_cli("--output-dir", str(blocker / "run"), "--steps", "5"),
-                          "cannot write to the output directory")
+    with pytest.raises(UserError, match="cannot write to the output directory"):
+        prepare("--output-dir", str(blocker / "run"))
 
 
 @pytest.fixture
@@ -151,33 +168,36 @@ def tiny_mount(tmp_path):
 
 
 def test_full_output_filesystem_is_detected_before_training(tiny_mount):
-    proc = run_cli("--output-dir", str(tiny_mount / "run"), "--steps", "5")
-    assert_one_line_error(proc, "MiB free; checkpoints and exports need at least 256 MiB")
+    with pytest.raises(UserError, match="MiB free; checkpoints and exports need at least 256 MiB"):
+        prepare("--output-dir", str(tiny_mount / "run"))
     assert not (tiny_mount / "run" / "checkpoints").exists()
 
 
 def test_read_only_output_filesystem(tiny_mount):
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_mount)], check=True)
-    assert_one_line_error(run_cli("--output-dir", str(tiny_mount / "run"), "--steps", "5"),
-                          "cannot write to the output directory")
+    with pytest.raises(UserError, match="cannot write to the output directory"):
+        prepare("--output-dir", str(tiny_mount / "run"))
 
 
 def test_overwrite_replaces_only_when_asked(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text("old run\n")
-    assert_one_line_error(run_cli("--output-dir", str(run_dir), "--steps", "5"), "already holds a run")
+    with pytest.raises(UserError, match="already holds a run"):
+        prepare("--output-dir", str(run_dir))
     assert (run_dir / "metrics.jsonl").read_text() == "old run\n"
-    run_trainer("python", 1, "--output-dir", str(run_dir), "--steps", "5", "--overwrite")
-    assert "old run" not in (run_dir / "metrics.jsonl").read_text()
+    prepare("--output-dir", str(run_dir), "--overwrite")
+    assert not (run_dir / "metrics.jsonl").exists() and (run_dir / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_bad_input_under_horovodrun_ends_every_rank(tmp_path):
     proc = run_trainer("gloo", 2, "--data-dir", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "run"),
                        check=False)
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
     assert output.count(f"hvd-mnist: error: data directory not found: {tmp_path / 'missing'}") == 2
+    assert "Traceback" not in output
 
 
 def test_no_unpickling_or_eval_in_the_package():
