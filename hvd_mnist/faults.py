@@ -1,8 +1,9 @@
-"""Fault injection for the reliability tests: HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:once=<file>].
+"""Fault injection for the reliability tests: HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP][:once=<file>].
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
-updated). The kill is a real SIGKILL, so nothing in the process gets to clean up. With `once`, the
-first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
+updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
+up, or SIGSTOP for a process that hangs without dying. With `once`, the first process to fire creates
+<file> and later ones (say, a restarted elastic worker) do not fire.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import signal
 ENV_VAR = "HVD_MNIST_FAULT"
 
 
-def _parse(spec: str) -> tuple[str, int | None, int, str | None]:
+def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
     point, *fields = spec.split(":")
     values = dict(field.split("=", 1) for field in fields)
     rank = int(values["rank"]) if "rank" in values else None
-    return point, rank, int(values["step"]), values.get("once")
+    return point, rank, int(values["step"]), values
 
 
 def planned_step(point: str, rank: int) -> int | None:
-    """The step at which HVD_MNIST_FAULT kills this rank at `point`, or None (the training loop stops there)."""
+    """The step at which HVD_MNIST_FAULT strikes this rank at `point`, or None (the training loop stops there)."""
     spec = os.environ.get(ENV_VAR)
     if not spec:
         return None
@@ -30,13 +31,13 @@ def planned_step(point: str, rank: int) -> int | None:
 
 
 def maybe_kill(point: str, rank: int, step: int) -> None:
-    """SIGKILL this process if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
+    """Signal this process if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
     if planned_step(point, rank) != step:
         return
-    once_file = _parse(os.environ[ENV_VAR])[3]
-    if once_file is not None:
+    values = _parse(os.environ[ENV_VAR])[3]
+    if "once" in values:
         try:
-            os.close(os.open(once_file, os.O_CREAT | os.O_EXCL))
+            os.close(os.open(values["once"], os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])

@@ -1,0 +1,80 @@
+"""Every blocking collective of a rank runs under a guard: bounded in time, and explained in one line if it fails."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
+from hvd_mnist.liveness import Heartbeats, Watchdog
+
+log = logging.getLogger("hvd_mnist")
+CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why
+
+
+class CollectiveGuard:
+    """The watchdog and the heartbeats of one rank, and the one-line messages made from them.
+
+    `--collective-timeout` bounds each guarded block: a hung peer ends every live rank with the cause (or,
+    in elastic runs, a stopped peer on this machine is killed so that Horovod Elastic treats it as lost).
+    """
+
+    def __init__(self, timeout: float, elastic: bool) -> None:
+        self.timeout = timeout
+        self.elastic = elastic
+        self.heartbeats: Heartbeats | None = None
+        self.watchdog = Watchdog(timeout, self._timed_out)
+
+    def start_heartbeats(self, rank: int, size: int, step: int) -> Heartbeats:
+        """A new side channel for this world (a collective: every rank calls it at the same point)."""
+        self.heartbeats = Heartbeats(rank, size)
+        with self.guarded(step, "starting the heartbeats"):
+            self.heartbeats.start(lambda offer: hvd.broadcast_object(offer, root_rank=0, name="heartbeats"))
+        return self.heartbeats
+
+    def stop_heartbeats(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+
+    @contextlib.contextmanager
+    def guarded(self, step: int, what: str) -> Iterator[None]:
+        """A block of collectives: bounded by the timeout; a failed one becomes WorkerLost with its cause
+        (elastic runs leave the failure to Horovod, which rolls back and goes on with the survivors)."""
+        with self.watchdog.watching(step, what):
+            try:
+                yield
+            except tf.errors.OpError:
+                if self.elastic:
+                    raise
+                cause = self.heartbeats.cause(wait=CAUSE_WAIT_S) if self.heartbeats else None
+                raise WorkerLost(f"collective failed after step {step}: {cause or 'a worker died or is unreachable'}"
+                                 f"{self.last_checkpoint()}; rerun with --resume") from None
+
+    def state(self, error: RunEnded) -> None:
+        """Before this rank ends for a reason of its own, tell the others (a consequence is not a reason)."""
+        if self.heartbeats is not None and not isinstance(error, WorkerLost | StopRequested):
+            self.heartbeats.state_failure(str(error))
+
+    def last_checkpoint(self) -> str:
+        known = self.heartbeats.checkpoint if self.heartbeats else None
+        return f"; last good checkpoint: {known or 'none'}"
+
+    def _timed_out(self, step: int, what: str) -> bool:
+        """The watchdog fired: kill stopped peers here in elastic runs (True: keep waiting), else say why."""
+        heartbeats = self.heartbeats
+        if self.elastic and heartbeats is not None:
+            killed = [process.rank for process in heartbeats.silent_processes() if process.kill()]
+            if killed:
+                log.warning("rank(s) %s stopped answering for %.0f s; killed, so that the others go on without "
+                            "them", ", ".join(map(str, killed)), self.timeout)
+                return True
+        cause = heartbeats.cause() if heartbeats else None
+        print(f"hvd-mnist: error: no progress for {self.timeout:.0f} s ({what} after step {step}): "
+              f"{cause or 'a rank stopped answering'}{self.last_checkpoint()}; rerun with --resume",
+              file=sys.stderr, flush=True)
+        return False

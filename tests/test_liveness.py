@@ -1,0 +1,117 @@
+"""The heartbeat side channel on real local TCP connections, three 'ranks' in one process: who went silent, who
+died, the reason a rank gave, the last checkpoint told to everyone, and a stop that never hangs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hvd_mnist import liveness
+from hvd_mnist.liveness import Heartbeats, Process, Watchdog, describe
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    monkeypatch.setattr(liveness, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(liveness, "SILENT_AFTER_S", 0.5)
+
+
+@pytest.fixture
+def ranks(fast):
+    """Heartbeats of ranks 0, 1 and 2, connected; all stopped afterwards (each stop within a second)."""
+    offers = []
+    chief = Heartbeats(0, 3)
+    chief.start(lambda offer: offers.append(offer) or offer)
+    others = [Heartbeats(rank, 3) for rank in (1, 2)]
+    for heartbeats in others:
+        heartbeats.start(lambda _offer: offers[0])
+    everyone = [chief, *others]
+    wait_for(lambda: len(chief._connections) == 2)
+    yield everyone
+    for heartbeats in everyone:
+        stopper = threading.Thread(target=heartbeats.stop)
+        stopper.start()
+        stopper.join(timeout=2)
+        assert not stopper.is_alive(), f"rank {heartbeats.rank} hung in stop()"
+
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_all_well_means_no_cause(ranks):
+    time.sleep(0.6)
+    assert [heartbeats.cause() for heartbeats in ranks] == [None, None, None]
+
+
+def test_a_silent_rank_is_named_by_every_other_rank(ranks):
+    chief, one, two = ranks
+    one._stopped.set()  # its heartbeats stop, its connection stays open: a stopped process
+    wait_for(lambda: "rank(s) 1 stopped answering" in (two.cause() or ""))
+    assert "rank(s) 1 stopped answering" in chief.cause()
+    assert [p.pid for p in two.silent_processes()] == [Process.this(1).pid]  # where to find it, for elastic runs
+
+
+def test_a_dead_rank_and_a_dead_chief(ranks):
+    chief, one, two = ranks
+    one._chief.shut()  # its connection closes without a goodbye: the process died
+    wait_for(lambda: chief.cause() == "rank(s) 1 died (their connection closed)")
+    wait_for(lambda: two.cause() == "rank(s) 1 died (their connection closed)")
+    chief._listener.close()
+    for connection in list(chief._connections.values()):
+        connection.shut()
+    wait_for(lambda: two.cause() == "rank(s) 0 died (their connection closed)")
+
+
+def test_a_stated_reason_reaches_every_rank_and_beats_the_death_that_follows(ranks):
+    chief, one, two = ranks
+    one.state_failure("could not write metrics to /x: no space left on device")
+    one._chief.shut()
+    for heartbeats in (chief, two):
+        wait_for(lambda h=heartbeats: (h.cause() or "").startswith("rank 1 failed: could not write metrics"))
+
+
+def test_the_chiefs_checkpoint_is_told_at_once(ranks):
+    chief, one, _ = ranks
+    chief.checkpoint = "/runs/a/checkpoints/ckpt-40"
+    wait_for(lambda: one.checkpoint == "/runs/a/checkpoints/ckpt-40", seconds=1)
+
+
+def test_a_rank_that_said_goodbye_is_not_dead(ranks):
+    chief, one, _ = ranks
+    one.stop()
+    time.sleep(0.7)
+    assert chief.cause() is None
+
+
+def test_describe_prefers_a_reason_to_a_death_to_silence():
+    assert describe({"error": [2, "x"], "died": [1], "silent": {"3": 9}}) == "rank 2 failed: x"
+    assert describe({"died": [1, 0], "silent": {"3": 9}}) == "rank(s) 0, 1 died (their connection closed)"
+    assert describe({"silent": {"3": 9, "1": 7}}).startswith("rank(s) 1, 3 stopped answering (no heartbeat for 9 s")
+    assert describe({}) is None
+
+
+def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
+    """(Its callback says "wait on" here: the other answer ends the process, which is test_reliability's part.)"""
+    fired = []
+    watchdog = Watchdog(0.3, lambda step, what: fired.append((step, what)) or True)
+    started = time.monotonic()
+    with watchdog.watching(7, "training"):
+        wait_for(lambda: len(fired) == 2, seconds=5)  # fired, was re-armed, fired again
+    assert time.monotonic() - started >= 0.6
+    time.sleep(0.5)
+    assert fired == [(7, "training")] * 2  # disarmed when the block ended
+    with watchdog.watching(8, "quick"):
+        pass
+    time.sleep(0.5)
+    assert len(fired) == 2
+
+
+def test_a_process_is_killed_only_if_it_is_the_same_one():
+    stale = Process(rank=1, host=Process.this(0).host, boot_id=Process.this(0).boot_id, pid=1, start_ticks=123)
+    assert not stale.kill()  # pid 1 started at another time: not ours to kill
