@@ -1,7 +1,16 @@
-"""Checkpoints: what a run saves (step, weights, optimizer, moving averages), where, and how it restores."""
+"""Checkpoints: what a run saves (step, weights, optimizer, moving averages), where, and how it comes back.
+
+A save writes ckpt-<step>'s files, then commits them by rewriting the `checkpoint` state file atomically.
+A restore tries the checkpoints newest first and takes the first that reads back whole: TensorFlow checks
+every tensor's CRC as it restores, so the restore is the verification, on rank 0 alone, and no second read.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,49 +18,127 @@ import tensorflow as tf
 
 from hvd_mnist.errors import UserError
 
+log = logging.getLogger("hvd_mnist")
 BEST_DIR = "best"
+STATE_FILE = "checkpoint"
 
 
 class Checkpoints:
     """A tf.train.Checkpoint with two managers under <output_dir>/checkpoints: the last few, and the best one
-    (in best/, with --keep-best). Rank 0 saves."""
+    (in best/, with --keep-best). Only rank 0 saves or restores; the managers are made when first used."""
 
     def __init__(self, directory: Path, keep: int, **trackables: tf.Module | tf.Variable) -> None:
         self.directory = directory
+        self.keep = keep
         self.checkpoint = tf.train.Checkpoint(**trackables)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=keep)
-        self.best_manager = tf.train.CheckpointManager(self.checkpoint, str(directory / BEST_DIR), max_to_keep=1)
+        self._managers: dict[str, tf.train.CheckpointManager] = {}
+
+    def _manager(self, subdir: str = "") -> tf.train.CheckpointManager:
+        if subdir not in self._managers:
+            directory = self.directory / subdir
+            if not readable_state(directory):
+                log.warning("%s is damaged; a new one will name the checkpoints from here on", directory / STATE_FILE)
+                (directory / STATE_FILE).unlink()
+            keep = self.keep if not subdir else 1
+            self._managers[subdir] = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=keep)
+        return self._managers[subdir]
 
     @property
     def latest(self) -> str | None:
-        return self.manager.latest_checkpoint
+        return self._manager().latest_checkpoint
 
     @property
     def best(self) -> str | None:
-        return self.best_manager.latest_checkpoint
+        return self._manager(BEST_DIR).latest_checkpoint
 
     def save(self, step: int, before_commit: Callable[[], None] | None = None) -> str:
-        """Write ckpt-<step>'s files, then commit it by rewriting the 'checkpoint' index file atomically.
+        """Write ckpt-<step>'s files, then commit it by rewriting the 'checkpoint' state file atomically.
 
-        A crash before the commit leaves the index naming the previous checkpoint, so a restore never
-        picks up a half-written one. `before_commit` runs between the two (a fault-injection point).
+        A crash before the commit leaves the state naming the previous checkpoint, so a restore never
+        picks up a half-written one first. `before_commit` runs between the two (a fault-injection point).
         """
         callbacks = [lambda _path: before_commit()] if before_commit else None
         options = tf.train.CheckpointOptions(experimental_write_callbacks=callbacks)
-        return self.manager.save(checkpoint_number=step, options=options)
+        try:
+            return self._manager().save(checkpoint_number=step, options=options)
+        except Exception:
+            self._remove_uncommitted(step)  # what a failed write left (a full disk gets its space back)
+            raise
+
+    def _remove_uncommitted(self, step: int) -> None:
+        for path in self.directory.glob(f"ckpt-{step}[._]*"):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     def save_best(self, step: int) -> str:
         """Replace the best checkpoint with this step's state (committed the same way as save)."""
-        return self.best_manager.save(checkpoint_number=step)
+        return self._manager(BEST_DIR).save(checkpoint_number=step)
 
-    def restore_latest(self) -> str:
-        """Load the newest checkpoint into the tracked objects, insisting that it matches them."""
-        path = self.latest
-        if path is None:
-            raise UserError(f"--resume: no checkpoint in {self.directory}")
+    def restore_newest_intact(self, start: Path | None = None) -> str:
+        """Restore the newest checkpoint that reads back whole (in `start`, a directory or one checkpoint,
+        or this run's); each damaged one is named in a warning and skipped.
+
+        A checkpoint that reads back but does not fit the model is an error at once: the others will not
+        fit either.
+        """
+        if start is not None and not start.is_dir():
+            problem = self._try(str(start))
+            if problem:
+                raise UserError(f"--resume-from: checkpoint {start} is damaged: {problem}")
+            return str(start)
+        directory = start or self.directory
+        tried = []
+        for path in candidates(directory):
+            problem = self._try(path)
+            if problem is None:
+                return path
+            log.warning("checkpoint %s is damaged (%s); trying an older one", path, problem)
+            tried.append(f"{Path(path).name} ({problem})")
+        if not tried:
+            raise UserError(f"--resume: no checkpoint in {directory}")
+        raise UserError(f"--resume: no intact checkpoint in {directory}; tried {', '.join(tried)}")
+
+    def _try(self, path: str) -> str | None:
+        """Restore `path` into the tracked objects; None if it worked, else what is wrong with the files."""
         try:
             self.checkpoint.restore(path).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise UserError(f"--resume: checkpoint {path} does not fit this model: {first_line}") from None
-        return path
+        except (AssertionError, ValueError) as err:
+            raise UserError(f"--resume: checkpoint {path} does not fit this model: {first_line(err)}") from None
+        except Exception as err:  # any other failure to read the files back is damage
+            return first_line(err)
+        return None
+
+
+def readable_state(directory: Path) -> bool:
+    """Whether the directory's `checkpoint` state file is absent or parses (a truncated one does not)."""
+    if not (directory / STATE_FILE).exists():
+        return True
+    try:
+        tf.train.get_checkpoint_state(str(directory))
+    except (ValueError, tf.errors.OpError):
+        return False
+    return True
+
+
+def candidates(directory: Path) -> list[str]:
+    """Checkpoint prefixes to try, newest first: those the state file commits, then any other ckpt-N on disk
+    (when the state file is damaged or names files that are gone)."""
+    named = []
+    if readable_state(directory):
+        state = tf.train.get_checkpoint_state(str(directory))
+        if state is not None:
+            named = [str(directory / Path(path).name) for path in state.all_model_checkpoint_paths]
+    on_disk = {str(path.with_suffix("")) for path in directory.glob("ckpt-*.index")}
+    on_disk |= {str(path).split(".data-")[0] for path in directory.glob("ckpt-*.data-*")}
+    return sorted(named, key=step_of, reverse=True) + sorted(on_disk - set(named), key=step_of, reverse=True)
+
+
+def step_of(path: str) -> int:
+    found = re.search(r"-(\d+)$", path)
+    return int(found[1]) if found else -1
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's first line, without TensorFlow's {{function_node ...}} prefix."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(err)).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -79,12 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--no-cpu-binding", dest="bind_cpus", action="store_false",
                        help="on CPU, leave the ranks free on every core instead of giving each its own share "
                             "(binding is skipped anyway where the launcher or a cpuset already bound them)")
+    speed.add_argument("--collective-timeout", type=float, default=d.collective_timeout, metavar="SECONDS",
+                       help="end every rank, naming the cause, when a collective makes no progress this long: a "
+                            "rank stopped, swapping or cut off. Must exceed the longest legitimate gap between "
+                            "collectives (first step, evaluation, checkpoint, export: seconds here). 0: never "
+                            "(default: %(default)s)")
     speed.add_argument("--horovod-timeline", action="store_true",
                        help="write Horovod's timeline of every collective to timeline.json in the run directory "
                             "(any launcher; open it in https://ui.perfetto.dev)")
     out = parser.add_argument_group("output (written by rank 0 only)")
     out.add_argument("--output-dir", type=Path, help="run directory (default: runs/run-<UTC time>)")
-    out.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    out.add_argument("--resume", action="store_true",
+                     help="continue the run in --output-dir from its newest intact checkpoint (damaged ones are "
+                          "named and skipped)")
+    out.add_argument("--resume-from", type=Path, metavar="PATH",
+                     help="start from this checkpoint (runs/a/checkpoints/ckpt-500) or the newest intact one in "
+                          "this directory; into --output-dir, a new run or this one")
     out.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
     out.add_argument("--log-every", type=int, default=d.log_every, help="progress line every N steps")
     out.add_argument("--summary-every", type=int, default=d.summary_every, help="TensorBoard scalars every N steps")

@@ -52,11 +52,13 @@ class TrainConfig:
     export: str = "final"
     eval_batch_size: int = 1000
     resume: bool = False
+    resume_from: Path | None = None
     overwrite: bool = False
     mixed_precision: bool = False
     loss_scale: float = 128.0
     fp16_allreduce: bool = False
     bind_cpus: bool = True
+    collective_timeout: float = 120.0
     horovod_timeline: bool = False
     elastic: bool = False
     commit_every: int = 10
@@ -76,7 +78,7 @@ class TrainConfig:
                 raise UserError(f"{flag(name)} must be in (0, 1], got {getattr(self, name)}")
         if self.loss_scale <= 0:
             raise UserError(f"--loss-scale must be positive, got {self.loss_scale}")
-        for name in ("l2", "warmup_steps", "eval_every"):
+        for name in ("l2", "warmup_steps", "eval_every", "collective_timeout"):
             if getattr(self, name) < 0:
                 raise UserError(f"{flag(name)} must not be negative, got {getattr(self, name)}")
         if self.validation_size is not None and self.validation_size <= 0:
@@ -99,8 +101,13 @@ class TrainConfig:
             raise UserError("--elastic needs --output-dir: workers that join later must find the same run")
         if self.keep_global_batch and not self.elastic:
             raise UserError("--keep-global-batch is for --elastic runs, whose number of ranks changes")
-        if self.resume and self.overwrite:
-            raise UserError("--resume and --overwrite contradict each other")
+        if (self.resume or self.resume_from) and self.overwrite:
+            raise UserError("--resume/--resume-from and --overwrite contradict each other")
+
+    @property
+    def restores(self) -> bool:
+        """Whether the run starts from a checkpoint (--resume, --resume-from) instead of a fresh initialization."""
+        return self.resume or self.resume_from is not None
 
     @property
     def evaluates(self) -> bool:

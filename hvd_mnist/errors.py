@@ -26,3 +26,7 @@ class StopRequested(RunEnded):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class WriteFailed(RunEnded):
+    """Rank 0 could not write an output mid-run (no space, I/O error, read-only file system, quota)."""

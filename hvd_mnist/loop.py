@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,19 +14,21 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.cadence import Cadence
-from hvd_mnist.checkpointing import Checkpoints
+from hvd_mnist.checkpointing import BEST_DIR, Checkpoints
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
-from hvd_mnist.errors import RunEnded, StopRequested, UserError, WorkerLost
+from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed
 from hvd_mnist.export import export_checkpoint, export_model
 from hvd_mnist.faults import maybe_kill, planned_step
+from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.replica import Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
 from hvd_mnist.startup import seconds_since_process_start
 from hvd_mnist.stopping import StopSignal
+from hvd_mnist.writes import writing
 
 log = logging.getLogger("hvd_mnist")
 REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes
@@ -49,8 +51,10 @@ class TrainingLoop:
     do what is due, finish. When something is due comes from one Cadence.
     """
 
-    def __init__(self, config: TrainConfig, world: World, run_dir: Path, data: Dataset) -> None:
+    def __init__(self, config: TrainConfig, world: World, run_dir: Path, data: Dataset,
+                 guard: CollectiveGuard) -> None:
         self.config = config
+        self.guard = guard
         self.world = world
         self.run_dir = run_dir
         self.data = data
@@ -77,14 +81,27 @@ class TrainingLoop:
         self.reporter.event("start", start_step=start_step, world_size=self.world.size,
                             global_batch=int(self.replica.global_batch.numpy()),
                             accumulate=int(self.replica.micro_batches.numpy()))
+        heartbeats = self.guard.start_heartbeats(self.world.rank, self.world.size, start_step)
+        if self.world.is_chief:
+            heartbeats.checkpoint = self.checkpoints.latest
         self.stop.install()
         try:
             step, loss = self._train(start_step)
             self.stop.uninstall()
-            return self._finish(step, loss)
+            result = self._finish(step, loss)
+            self.reporter.close()
+            return result
+        except WriteFailed as err:
+            self.guard.state(err)  # the others add the last good checkpoint themselves
+            raise WriteFailed(f"{err}{self.guard.last_checkpoint()}; free space and rerun with --resume") from None
+        except RunEnded as err:
+            self.guard.state(err)
+            raise
         finally:
             self.stop.uninstall()
-            self.reporter.close()
+            self.guard.stop_heartbeats()
+            with contextlib.suppress(WriteFailed):  # already failing: the first cause is the one to tell
+                self.reporter.close()
 
     def _train(self, start_step: int) -> tuple[int, float]:
         """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""
@@ -97,14 +114,15 @@ class TrainingLoop:
         throughput = Throughput(int(replica.global_batch.numpy()))
         step, loss = start_step, math.nan
         while step < config.steps:
-            with self._collective(step):
+            with self.guard.guarded(step, "training"):
                 metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64))
             ran = int(metrics["steps"])
             step += ran
+            self.guard.heartbeats.step = step
             throughput.tick(ran)
             if not bool(metrics["finite"]):
                 raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
-                               f"{self._last_checkpoint()}")
+                               f"{self.guard.last_checkpoint()}")
             due = cadence.due(step)
             if "fault" in due:
                 maybe_kill("step", self.world.rank, step)
@@ -126,13 +144,15 @@ class TrainingLoop:
 
     def _finish(self, step: int, loss: float) -> RunResult:
         """Check the ranks agree bit for bit, evaluate the moving averages on the test set, export (rank 0)."""
-        digests = hvd.allgather_object(self.replica.weights_digest(), name="weights_digest")
+        with self.guard.guarded(step, "comparing the ranks' weights"):
+            digests = hvd.allgather_object(self.replica.weights_digest(), name="weights_digest")
         if len(set(digests)) != 1:
             raise RunEnded(f"ranks hold different weights after training: {digests}")
         log.info("weights identical on all %d ranks (sha256 %s)", self.world.size, digests[0][:16])
         accuracy = None
         if self.data.test is not None:
-            accuracy = self.replica.evaluate(self.data.test, self.world.rank, self.world.size).accuracy
+            with self.guard.guarded(step, "the test evaluation"):
+                accuracy = self.replica.evaluate(self.data.test, self.world.rank, self.world.size).accuracy
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
             self.reporter.scalars(step, {"test_accuracy": accuracy})
         if self.world.is_chief:
@@ -148,12 +168,13 @@ class TrainingLoop:
 
         Returns the averaged loss and whether any rank asked to stop.
         """
-        with self._collective(step):
+        with self.guard.guarded(step, "averaging the metrics"):
             loss, accuracy, stop_votes = self.replica.average_over_ranks(
                 tf.stack([metrics["loss"], metrics["accuracy"], self.stop.vote])).numpy().tolist()
         lr = float(metrics["lr"])
         if not math.isfinite(loss):
-            raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped{self._last_checkpoint()}")
+            raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped"
+                           f"{self.guard.last_checkpoint()}")
         if "log" in due:
             examples_per_sec, sec_per_batch = throughput.read()
             log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
@@ -166,7 +187,7 @@ class TrainingLoop:
 
     def _evaluate(self, step: int) -> bool:
         """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
-        with self._collective(step):
+        with self.guard.guarded(step, "the validation"):
             result = self.replica.evaluate(self.data.validation, self.world.rank, self.world.size)
         log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
                  result.accuracy, result.loss, result.examples)
@@ -175,7 +196,8 @@ class TrainingLoop:
         if self.config.keep_best and result.accuracy > float(self.replica.best_accuracy.numpy()):
             self.replica.best_accuracy.assign(result.accuracy)
             if self.world.is_chief:
-                log.info("best validation accuracy so far: saved %s", self.checkpoints.save_best(step))
+                with writing(f"the best checkpoint (step {step})", self.checkpoints.directory / BEST_DIR):
+                    log.info("best validation accuracy so far: saved %s", self.checkpoints.save_best(step))
         target = self.config.target_accuracy
         if target is None or result.accuracy < target:
             return False
@@ -189,35 +211,40 @@ class TrainingLoop:
     def _save(self, step: int) -> None:
         """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""
         if not self.replica.weights_finite():
-            raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{self._last_checkpoint()}")
+            raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{self.guard.last_checkpoint()}")
         if self.world.is_chief:
-            path = self.checkpoints.save(step, before_commit=lambda: maybe_kill("save", self.world.rank, step))
+            with writing(f"checkpoint ckpt-{step}", self.checkpoints.directory):
+                path = self.checkpoints.save(step, before_commit=lambda: maybe_kill("save", self.world.rank, step))
+            self.guard.heartbeats.checkpoint = path
             log.info("saved checkpoint %s", path)
 
     def _stopped(self, step: int) -> None:
         """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
         name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
         self.reporter.event("stopped", step=step, reason=name)
-        raise StopRequested(f"{name} at step {step}; checkpoint {self.checkpoints.latest} written on rank 0; "
-                            "continue with --resume", self.stop.exit_code())
+        saved = f"checkpoint {self.checkpoints.latest} written" if self.world.is_chief else "rank 0 checkpointed it"
+        raise StopRequested(f"{name} at step {step}; {saved}; continue with --resume", self.stop.exit_code())
 
     def _export(self) -> None:
         """The moving-average model as a SavedModel: the final weights, or the best checkpoint's (--export)."""
         target = self.run_dir / "export"
-        if self.config.export == "final":
-            log.info("exported the moving-average model to %s", export_model(self.replica.model, self.replica.ema,
-                                                                             target))
-        elif self.config.export == "best" and self.checkpoints.best is not None:
-            log.info("exported the best checkpoint's moving-average model (%s) to %s", self.checkpoints.best,
-                     export_checkpoint(self.checkpoints.best, self.config, target))
+        with writing("the exported model", target):
+            if self.config.export == "final":
+                log.info("exported the moving-average model to %s",
+                         export_model(self.replica.model, self.replica.ema, target))
+            elif self.config.export == "best" and self.checkpoints.best is not None:
+                log.info("exported the best checkpoint's moving-average model (%s) to %s", self.checkpoints.best,
+                         export_checkpoint(self.checkpoints.best, self.config, target))
 
     # --- start, restore, and failures ----------------------------------------------------------------------------
 
     def _restore(self) -> None:
         """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
-        if self.config.resume:
-            log.info("resumed from %s", on_chief(self.world, self.checkpoints.restore_latest, "restore"))
-        self.replica.broadcast_from_chief()
+        with self.guard.guarded(0, "restoring"):
+            if self.config.restores:
+                restore = functools.partial(self.checkpoints.restore_newest_intact, self.config.resume_from)
+                log.info("resumed from %s", on_chief(self.world, restore, "restore"))
+            self.replica.broadcast_from_chief()
         start_step = int(self.replica.step.numpy())
         if start_step >= self.config.steps:
             raise UserError(f"--resume: the checkpoint is at step {start_step}, not before --steps {self.config.steps}")
@@ -231,8 +258,8 @@ class TrainingLoop:
 
     def _fit_elastic(self) -> RunResult:
         """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
-        if self.config.resume:
-            log.info("resumed from %s", self.checkpoints.restore_latest())  # every process; the first sync agrees
+        if self.config.restores and self.world.is_chief:  # the first sync gives every rank rank 0's state
+            log.info("resumed from %s", self.checkpoints.restore_newest_intact(self.config.resume_from))
         state = VariablesState(self.replica.synced_variables)
 
         def on_reset() -> None:
@@ -251,17 +278,3 @@ class TrainingLoop:
 
         return run(state)
 
-    def _last_checkpoint(self) -> str:
-        """'; last good checkpoint: PATH' for rank 0's messages (only rank 0 writes checkpoints)."""
-        return f"; last good checkpoint: {self.checkpoints.latest or 'none'}" if self.world.is_chief else ""
-
-    @contextlib.contextmanager
-    def _collective(self, step: int) -> Iterator[None]:
-        """Turn a failed collective into WorkerLost (one line, a hint to resume); elastic runs let Horovod recover."""
-        try:
-            yield
-        except tf.errors.OpError:
-            if self.elastic is not None:
-                raise
-            raise WorkerLost(f"collective failed after step {step}: a worker died or is unreachable"
-                             f"{self._last_checkpoint()}; rerun with --resume") from None

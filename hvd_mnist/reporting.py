@@ -11,47 +11,75 @@ from typing import Any
 import tensorflow as tf
 
 from hvd_mnist.distribution import World
+from hvd_mnist.writes import writing
 
 log = logging.getLogger("hvd_mnist")
+METRICS_FILE = "metrics.jsonl"
 
 
 class Reporter:
-    """Writes progress to the console, metrics.jsonl and TensorBoard; on ranks other than 0 it does nothing."""
+    """Writes progress to metrics.jsonl and TensorBoard; on ranks other than 0 it does nothing.
+
+    Every write goes through `writing`, so a full or failing disk ends the run with one line; TensorBoard
+    events are flushed at each report, so such a failure shows at once and not only at the end.
+    """
 
     def __init__(self, output_dir: Path | None, enabled: bool) -> None:
         self.enabled = enabled and output_dir is not None
         self._metrics = None
         self._writer = None
         if self.enabled:
-            self._metrics = (output_dir / "metrics.jsonl").open("a", buffering=1)
-            self._writer = tf.summary.create_file_writer(str(output_dir / "events"))
+            self._metrics_path = output_dir / METRICS_FILE
+            self._events_dir = output_dir / "events"
+            with writing("metrics", self._metrics_path):
+                drop_torn_last_line(self._metrics_path)
+                self._metrics = self._metrics_path.open("a", buffering=1)
+            with writing("TensorBoard events", self._events_dir):
+                self._writer = tf.summary.create_file_writer(str(self._events_dir))
 
     def event(self, kind: str, **fields: Any) -> None:
         """Append one JSON object to metrics.jsonl."""
         if self._metrics is not None:
             record = {"event": kind, "time": round(time.time(), 3), **fields}
-            self._metrics.write(json.dumps(record, default=float) + "\n")
+            with writing("metrics", self._metrics_path):
+                self._metrics.write(json.dumps(record, default=float) + "\n")
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         """TensorBoard scalars at a step."""
         if self._writer is not None:
-            with self._writer.as_default(step=step):
+            with writing("TensorBoard events", self._events_dir), self._writer.as_default(step=step):
                 for name, value in values.items():
                     tf.summary.scalar(name, value)
+                self._writer.flush()
 
     def histograms(self, step: int, tensors: dict[str, tf.Tensor]) -> None:
         """TensorBoard histograms at a step."""
         if self._writer is not None:
-            with self._writer.as_default(step=step):
+            with writing("TensorBoard events", self._events_dir), self._writer.as_default(step=step):
                 for name, tensor in tensors.items():
                     tf.summary.histogram(name, tensor)
+                self._writer.flush()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
-        if self._metrics is not None:
-            self._metrics.close()
+        """Flush and close both files (once; later calls do nothing)."""
+        writer, metrics, self._writer, self._metrics = self._writer, self._metrics, None, None
+        if writer is not None:
+            with writing("TensorBoard events", self._events_dir):
+                writer.flush()
+                writer.close()
+        if metrics is not None:
+            with writing("metrics", self._metrics_path):
+                metrics.close()
+
+
+def drop_torn_last_line(path: Path) -> None:
+    """Cut a line that a crash or a full disk left half-written, so the file stays one JSON object per line."""
+    if not path.exists():
+        return
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
 
 
 class Throughput:

@@ -28,6 +28,8 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     if config.resume:
         if not (run_dir / "checkpoints").is_dir():
             raise UserError(f"--resume: no checkpoints in {run_dir}")
+    elif config.resume_from is not None:
+        pass  # a new run directory, or this run's own, continued from the given checkpoint
     elif run_dir.exists() and any(run_dir.iterdir()):
         if not config.overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to replace it")

@@ -13,12 +13,14 @@ from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.distribution import on_chief, setup_world
 from hvd_mnist.errors import UserError
+from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.loop import RunResult, TrainingLoop
 from hvd_mnist.reporting import configure_logging
 from hvd_mnist.rundir import prepare_run_dir
 
 log = logging.getLogger("hvd_mnist")
 TIMELINE_FILE = "timeline.json"
+GLOO_MARGIN_S = 30
 
 
 def load_data(config: TrainConfig) -> Dataset:
@@ -43,7 +45,13 @@ def run_session(config: TrainConfig) -> RunResult:
     config.validate()
     if config.horovod_timeline:
         os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # lets hvd.start_timeline write into the run directory
-    world = setup_world(config.bind_cpus)
+    if config.collective_timeout:
+        # One knob: Gloo's own timeout (30 s unless horovodrun --gloo-timeout-seconds) would otherwise end
+        # legitimate long gaps early and with no cause; the watchdog fires first and names one.
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(config.collective_timeout) + GLOO_MARGIN_S))
+    guard = CollectiveGuard(config.collective_timeout, config.elastic)
+    with guard.guarded(0, "starting Horovod"):
+        world = setup_world(config.bind_cpus)
     configure_logging(world)
     data = load_data(config)  # bad data fails on every rank before any file is written
     if len(data.train) < world.size:
@@ -53,7 +61,8 @@ def run_session(config: TrainConfig) -> RunResult:
         # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.
         run_dir = prepare_run_dir(config) if world.is_chief else Path(config.output_dir)
     else:
-        run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
+        with guard.guarded(0, "preparing the run directory"):
+            run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
     log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
     log.info("data: %s", data.description)
     accumulation = f" x {config.accumulate} micro-batches" if config.accumulate > 1 else ""
@@ -61,7 +70,7 @@ def run_session(config: TrainConfig) -> RunResult:
              accumulation, config.global_batch(world.size), config.steps, run_dir)
     if config.horovod_timeline:
         hvd.start_timeline(str(run_dir / TIMELINE_FILE))  # only rank 0, Horovod's coordinator, writes it
-    result = TrainingLoop(config, world, run_dir, data).fit()
+    result = TrainingLoop(config, world, run_dir, data, guard).fit()
     if config.horovod_timeline:
         hvd.stop_timeline()
         log.info("Horovod timeline: %s (open it in https://ui.perfetto.dev or chrome://tracing)",

@@ -82,7 +82,7 @@ def test_resume_with_a_different_world_size(tmp_path, first, second):
 
 
 def _rank_pid(marker: str, rank: int) -> int | None:
-    """PID of the trainer process of `rank` whose command line contains marker."""
+    """PID of the trainer process of `rank` (under horovodrun or mpirun) whose command line contains marker."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -91,7 +91,8 @@ def _rank_pid(marker: str, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"hvd_mnist" in cmdline and marker.encode() in cmdline and f"HOROVOD_RANK={rank}".encode() in environ:
+        ranks = {f"HOROVOD_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
+        if b"hvd_mnist" in cmdline and marker.encode() in cmdline and ranks & set(environ):
             return int(entry.name)
     return None
 
@@ -143,26 +144,143 @@ def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
         assert_checkpoint_readable(run_dir, good)
 
 
-def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path):
-    """Two single-slot 'hosts' (localhost, 127.0.0.1); one worker is killed; the survivor goes on alone,
-    and when the blacklisted host's cool-down ends a new worker joins and both finish with equal weights."""
+@pytest.mark.parametrize("fault", ["killed", "killed-keep-global-batch", "stopped"])
+def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
+    """Two single-slot 'hosts' (localhost, 127.0.0.1); one worker is killed (or stopped: SIGSTOP, treated as
+    lost after --collective-timeout, when the survivor kills it); the survivor goes on alone, and when the
+    blacklisted host's cool-down ends a new worker joins and both finish with equal weights. With
+    --keep-global-batch the lone survivor accumulates two batches per update instead."""
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:1\n127.0.0.1:1\n")
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o755)
     run_dir = tmp_path / "run"
+    extra = {"killed": [], "killed-keep-global-batch": ["--keep-global-batch"],
+             "stopped": ["--collective-timeout", "10"]}[fault]
     command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
                *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "4000", "--lr", "0.1",
-                                "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir))]
-    env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:once={tmp_path / 'fired'}"}
+                                "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir),
+                                *extra)]
+    signal_name = "STOP" if fault == "stopped" else "KILL"
+    env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:signal={signal_name}:once={tmp_path / 'fired'}"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fired").exists()
     starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
     assert [e["world_size"] for e in starts] == [2, 1, 2]
     assert 205 - starts[1]["start_step"] <= 10  # rolled back to the last commit, at most --commit-every steps
-    assert [e["global_batch"] for e in starts] == [200, 100, 200]
+    if fault == "killed-keep-global-batch":
+        assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (200, 2), (200, 1)]
+    else:
+        assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (100, 1), (200, 1)]
+    if fault == "stopped":
+        assert "rank(s) 1 stopped answering for 10 s; killed, so that the others go on" in proc.stdout + proc.stderr
+        assert 10 <= starts[1]["time"] - starts[0]["time"] < 40  # the reset came after the timeout, not later
     end = read_metrics(run_dir)[-1]
     assert end["step"] == 4000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+
+
+@pytest.mark.parametrize(("launcher", "stopped"), [("mpirun", 1), ("gloo", 1), ("horovodrun-mpi", 1), ("mpirun", 0)])
+def test_a_stopped_worker_ends_every_rank_within_the_collective_timeout(tmp_path, launcher, stopped):
+    """A rank that hangs without dying (SIGSTOP after step 57): every live rank ends after --collective-timeout
+    with one line naming the silent rank, the step and the last good checkpoint; the launcher exits and takes
+    the stopped process with it."""
+    run_dir = tmp_path / "run"
+    timeout = 12
+    env = {"HVD_MNIST_FAULT": f"step:rank={stopped}:step=57:signal=STOP"}
+    proc = run_trainer(launcher, 2, *RUN, "--steps", "100000", "--collective-timeout", str(timeout),
+                       "--output-dir", str(run_dir), check=False, extra_env=env)
+    ended = time.time()
+    assert proc.returncode != 0
+    last_event = read_metrics(run_dir)[-1]
+    assert last_event["step"] == 50
+    # Rank 0 logged step 50 before the stop at step 57, so this bounds the time from the stop to the exit.
+    assert timeout <= ended - last_event["time"] < timeout + 30, ended - last_event["time"]
+    lines = error_lines(proc)
+    assert len(lines) == 1, lines  # the stopped rank says nothing; the other says why, once
+    assert f"no progress for {timeout} s (training after step 50)" in lines[0]  # its call from 50 to 60 hangs
+    assert f"rank(s) {stopped} stopped answering" in lines[0]
+    assert f"last good checkpoint: {run_dir}/checkpoints/ckpt-40" in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None
+    assert latest_step(run_dir) == 40
+    assert_checkpoint_readable(run_dir, 40)
+
+
+def test_resume_skips_a_damaged_newest_checkpoint(tmp_path):
+    """Bytes flipped in the newest checkpoint's data: --resume names it, resumes from the one before, finishes."""
+    run_dir = tmp_path / "run"
+    run_trainer("gloo", 2, *RUN, "--steps", "60", "--output-dir", str(run_dir))
+    data = run_dir / "checkpoints" / "ckpt-60.data-00000-of-00001"
+    damaged = bytearray(data.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    data.write_bytes(bytes(damaged))
+    proc = run_trainer("gloo", 2, *RUN, "--steps", "80", "--output-dir", str(run_dir), "--resume")
+    output = proc.stdout + proc.stderr
+    assert f"checkpoint {run_dir}/checkpoints/ckpt-60 is damaged (" in output and "Checksum does not match" in output
+    assert f"resumed from {run_dir}/checkpoints/ckpt-40" in output
+    starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
+    assert [e["start_step"] for e in starts] == [0, 40]
+    assert read_metrics(run_dir)[-1]["step"] == 80 and latest_step(run_dir) == 80
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 300 MiB tmpfs: room for the start-up check (256 MiB free), small enough to fill from outside."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(mount_point: Path, leave: int) -> Path:
+    """Take all but `leave` bytes of the file system, as another process would."""
+    filler = mount_point / "filler"
+    free = os.statvfs(mount_point).f_bavail * os.statvfs(mount_point).f_frsize
+    subprocess.run(["fallocate", "-l", str(max(free - leave, 4096)), str(filler)], check=True)
+    return filler
+
+
+@pytest.mark.parametrize("what", ["checkpoint", "metrics"])
+def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(small_mount, what):
+    """The output file system fills up while training runs (after step 520): rank 0's next write (the checkpoint
+    at step 1000, or a metrics or summary line) fails; every rank ends with that cause in one line, no torn
+    checkpoint is left, and once space is freed --resume finishes from ckpt-500."""
+    run_dir = small_mount / "run"
+    checkpoint_every = "500" if what == "checkpoint" else "100000"
+    command = trainer_command("gloo", 2, *RUN[:2], "--log-every", "10", "--checkpoint-every", checkpoint_every,
+                              "--steps", "100000", "--output-dir", str(run_dir))
+    if what == "metrics":
+        command += ["--checkpoint-every", "500"]  # the last one wins: ckpt-500, then no checkpoint in the window
+    proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run_dir / "metrics.jsonl").exists() and '"step": 520,' in (run_dir / "metrics.jsonl").read_text()):
+            time.sleep(0.05)
+        filler = fill(small_mount, leave=2**20 if what == "checkpoint" else 0)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0
+    lines = [line[line.index("hvd-mnist: "):] for line in output.splitlines() if "hvd-mnist: " in line]
+    assert len(lines) == 2, output[-3000:]
+    written = "checkpoint ckpt-1000" if what == "checkpoint" else "metrics" if "could not write metrics" in \
+        output else "TensorBoard events"
+    cause = f"could not write {written} to "
+    rank0 = next(line for line in lines if "rank 0 failed" not in line)
+    rank1 = next(line for line in lines if "rank 0 failed" in line)
+    assert rank0.startswith(f"hvd-mnist: error: {cause}") and "no space left on device" in rank0
+    assert f"last good checkpoint: {run_dir}/checkpoints/ckpt-500" in rank0
+    assert rank1.startswith("hvd-mnist: error: collective failed after step ") and cause in rank1
+    assert "no space left on device" in rank1 and "a worker died" not in rank1
+    assert rank1.count("last good checkpoint") == 1 and f"{run_dir}/checkpoints/ckpt-500;" in rank1
+    assert "Traceback" not in output
+    assert latest_step(run_dir) == 500 and not list((run_dir / "checkpoints").glob("ckpt-1000*"))
+    filler.unlink()
+    run_trainer("gloo", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir), "--resume")
+    assert read_metrics(run_dir)[-1]["step"] == 600 and latest_step(run_dir) == 600

@@ -1,0 +1,38 @@
+"""Rank 0's writes mid-run (checkpoints, metrics, summaries, the export): a failure becomes one line saying
+what could not be written, where, and why."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import tensorflow as tf
+
+from hvd_mnist.errors import WriteFailed
+
+# The causes a user can act on, found by their text in TensorFlow's messages (which carry no errno).
+CAUSES = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
+                                               errno.EPERM, errno.ENOENT))
+
+
+def cause_of(err: BaseException) -> str:
+    """'No space left on device' and the like, or the error's first line."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = str(err)
+    for cause in CAUSES:
+        if cause.lower() in text.lower():
+            return cause
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+@contextlib.contextmanager
+def writing(what: str, where: Path | str) -> Iterator[None]:
+    """Turn a failed write in the block into WriteFailed('could not write WHAT to WHERE: CAUSE')."""
+    try:
+        yield
+    except (OSError, tf.errors.OpError) as err:
+        raise WriteFailed(f"could not write {what} to {where}: {cause_of(err).lower()}") from None
