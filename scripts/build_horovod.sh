@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with two one-line patches that current
-# TensorFlow needs. scripts/setup_env.sh and both Dockerfiles call this, so the three builds cannot drift apart.
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with three patches of one line each: one
+# that current TensorFlow needs, two for a quiet console. scripts/setup_env.sh and both Dockerfiles call this, so
+# the three builds cannot drift apart.
 #
 #   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
 #
@@ -12,6 +13,8 @@
 # 2. horovod/common/util.py mutes its build probe (a forked child of horovodrun that imports TensorFlow) at the
 #    file-descriptor level, as its docstring says it does: TensorFlow 2.21 logs from C++ straight to fd 2, so
 #    every `horovodrun` otherwise prints TensorFlow's start-up lines before any worker starts.
+# 3. horovod/runner/launch.py ends a failed job with one line instead of a Python traceback, after the
+#    workers' own one-line errors.
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -36,7 +39,7 @@ echo "$SDIST_SHA256  $sdist" | sha256sum --check --quiet - >/dev/null 2>&1 \
 tar -xzf "$sdist" -C "$work"
 src="$work/horovod-$HOROVOD_VERSION"
 
-patch_line() {  # patch_line FILE OLD NEW: replace the one line OLD of FILE with NEW (nothing: delete it)
+patch_line() {  # patch_line FILE OLD NEW: replace the one line OLD of FILE with NEW (\\n: a new line; none: delete)
   local file="$src/$1" found
   found="$(grep -cxF -- "$2" "$file" || true)"
   ((found == 1)) || fail "$1 holds the line to patch $found times, expected once: $2"
@@ -49,6 +52,8 @@ patch_line horovod/tensorflow/CMakeLists.txt \
   'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")' ''
 patch_line horovod/common/util.py "            sys.stderr = open(os.devnull, 'w')" \
   "            sys.stderr = open(os.devnull, 'w'); os.dup2(sys.stderr.fileno(), 1); os.dup2(sys.stderr.fileno(), 2)"
+patch_line horovod/runner/launch.py "    _run(args)" \
+  "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
 
 mkdir -p "$OUT_DIR"
 MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" quietly "$PYTHON" -m pip wheel --disable-pip-version-check -q \
