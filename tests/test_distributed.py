@@ -164,7 +164,7 @@ def test_evaluation_while_training_target_and_best_checkpoint(tmp_path):
     (reached,) = [e for e in events if e["event"] == "target_reached"]
     assert evals and all(e["examples"] == 400 for e in evals)  # a tenth of the 4,000 training digits
     assert reached["accuracy"] >= 0.9 and reached["step"] == evals[-1]["step"] < 1000
-    assert len(evals) >= 2 and all(e["accuracy"] < 0.9 for e in evals[:-1])  # it stopped at the first evaluation that got there
+    assert len(evals) >= 2 and all(e["accuracy"] < 0.9 for e in evals[:-1])  # stopped at the first that got there
     assert 0 < reached["seconds_since_start"] < 120
     end = events[-1]
     assert end["event"] == "end" and end["step"] == reached["step"] and end["test_accuracy"] > 0.8
