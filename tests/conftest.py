@@ -63,6 +63,11 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           env=launcher_env(), cwd=cwd, timeout=TIMEOUT)
 
 
+def sshd_privsep_dir() -> None:
+    """sshd -t and sshd -D need /run/sshd, which a fresh machine has only once something makes it."""
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The events of a run's metrics.jsonl, in order."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

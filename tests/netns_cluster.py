@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import sshd_privsep_dir
+
 SSHD = "/usr/sbin/sshd"
 INTERFACE = "hvd0"
 SSH_WAIT_S = 20.0
@@ -115,7 +117,7 @@ class NetnsCluster:
 
     def _start_sshd(self, host: Host) -> None:
         """sshd in the foreground inside the host's namespace, listening on its address only."""
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        sshd_privsep_dir()
         config = self.workdir / f"sshd_config.{host.name}"
         config.write_text(
             f"ListenAddress {host.address}\nPort 22\nHostKey {self.workdir / 'ssh_host_ed25519_key'}\n"
