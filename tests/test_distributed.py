@@ -182,9 +182,10 @@ def test_evaluation_while_training_target_and_best_checkpoint(tmp_path):
     assert (run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("launcher", ["gloo", "mpirun"])
-def test_timeline_is_written_by_rank0_into_the_run_directory(tmp_path, launcher):
+def test_timeline_is_written_by_rank0_into_the_run_directory(tmp_path):
+    """--horovod-timeline works the same under every launcher (HOROVOD_TIMELINE=DYNAMIC, then
+    hvd.start_timeline into the run directory): shown here under mpirun, which has no timeline flag."""
     run_dir = tmp_path / "run"
-    run_trainer(launcher, 2, "--steps", "20", "--log-every", "10", "--horovod-timeline", "--output-dir", str(run_dir))
+    run_trainer("mpirun", 2, "--steps", "20", "--log-every", "10", "--horovod-timeline", "--output-dir", str(run_dir))
     text = (run_dir / "timeline.json").read_text()
     assert text.lstrip().startswith("[") and "ALLREDUCE" in text.upper()

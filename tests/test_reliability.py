@@ -144,23 +144,23 @@ def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
         assert_checkpoint_readable(run_dir, good)
 
 
-@pytest.mark.parametrize("fault", ["killed", "killed-keep-global-batch", "stopped"])
+@pytest.mark.parametrize("fault", ["killed", "stopped"])
 def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
     """Two single-slot 'hosts' (localhost, 127.0.0.1); one worker is killed (or stopped: SIGSTOP, treated as
     lost after --collective-timeout, when the survivor kills it); the survivor goes on alone, and when the
-    blacklisted host's cool-down ends a new worker joins and both finish with equal weights. With
-    --keep-global-batch the lone survivor accumulates two batches per update instead."""
+    blacklisted host's cool-down ends a new worker joins and both finish with equal weights. The killed run
+    keeps its global batch (--keep-global-batch: the lone survivor accumulates two batches per update); the
+    stopped one rescales the global batch, LR schedule and shards to the ranks it has."""
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:1\n127.0.0.1:1\n")
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o755)
     run_dir = tmp_path / "run"
-    extra = {"killed": [], "killed-keep-global-batch": ["--keep-global-batch"],
-             "stopped": ["--collective-timeout", "10"]}[fault]
+    extra = {"killed": ["--keep-global-batch"], "stopped": ["--collective-timeout", "10"]}[fault]
     command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
-               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "4000", "--lr", "0.1",
+               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
                                 "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir),
                                 *extra)]
     signal_name = "STOP" if fault == "stopped" else "KILL"
@@ -171,7 +171,7 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
     starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
     assert [e["world_size"] for e in starts] == [2, 1, 2]
     assert 205 - starts[1]["start_step"] <= 10  # rolled back to the last commit, at most --commit-every steps
-    if fault == "killed-keep-global-batch":
+    if fault == "killed":
         assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (200, 2), (200, 1)]
     else:
         assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (100, 1), (200, 1)]
@@ -179,10 +179,10 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
         assert "rank(s) 1 stopped answering for 10 s; killed, so that the others go on" in proc.stdout + proc.stderr
         assert 10 <= starts[1]["time"] - starts[0]["time"] < 40  # the reset came after the timeout, not later
     end = read_metrics(run_dir)[-1]
-    assert end["step"] == 4000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
+    assert end["step"] == 3000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
 
 
-@pytest.mark.parametrize(("launcher", "stopped"), [("mpirun", 1), ("gloo", 1), ("horovodrun-mpi", 1), ("mpirun", 0)])
+@pytest.mark.parametrize(("launcher", "stopped"), [("mpirun", 1), ("gloo", 1), ("mpirun", 0)])
 def test_a_stopped_worker_ends_every_rank_within_the_collective_timeout(tmp_path, launcher, stopped):
     """A rank that hangs without dying (SIGSTOP after step 57): every live rank ends after --collective-timeout
     with one line naming the silent rank, the step and the last good checkpoint; the launcher exits and takes
