@@ -15,6 +15,8 @@
 #    every `horovodrun` otherwise prints TensorFlow's start-up lines before any worker starts.
 # 3. horovod/runner/launch.py ends a failed job with one line instead of a Python traceback, after the
 #    workers' own one-line errors.
+# Horovod 0.28.1's vendored flatbuffers and some of its headers do not compile with GCC 13 or newer (Debian
+# 13's default is GCC 14); where the default g++ is that new, the build uses g++-12 (CXX overrides).
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -54,6 +56,12 @@ patch_line horovod/common/util.py "            sys.stderr = open(os.devnull, 'w'
   "            sys.stderr = open(os.devnull, 'w'); os.dup2(sys.stderr.fileno(), 1); os.dup2(sys.stderr.fileno(), 2)"
 patch_line horovod/runner/launch.py "    _run(args)" \
   "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
+
+if [[ -z "${CXX:-}" ]] && (( $(g++ -dumpversion | cut -d. -f1) >= 13 )); then
+  command -v g++-12 >/dev/null || fail "Horovod $HOROVOD_VERSION does not compile with g++ $(g++ -dumpversion);" \
+    "install g++-12 (apt-get install g++-12) or set CXX to an older g++"
+  export CC=gcc-12 CXX=g++-12
+fi
 
 mkdir -p "$OUT_DIR"
 MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" quietly "$PYTHON" -m pip wheel --disable-pip-version-check -q \
