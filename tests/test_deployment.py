@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import launcher_env, read_metrics
+from conftest import launcher_env, read_metrics, sshd_privsep_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DOCKERFILES = {"gpu": ROOT / "docker" / "Dockerfile", "cpu": ROOT / "docker" / "Dockerfile.cpu"}
-SHELL_SCRIPTS = ["docker/entrypoint.sh", "scripts/mpirun_cluster.sh", "scripts/slurm.sbatch", "scripts/gpu_check.sh"]
+SHELL_SCRIPTS = ["docker/entrypoint.sh", "scripts/mpirun_cluster.sh", "scripts/slurm.sbatch", "scripts/gpu_check.sh",
+                 "scripts/setup_env.sh", "scripts/build_horovod.sh", "scripts/build_images.sh"]
 HOROVOD_BUILD_FLAGS = ("HOROVOD_WITH_TENSORFLOW=1", "HOROVOD_WITH_GLOO=1", "HOROVOD_WITH_MPI=1",
                        "HOROVOD_WITHOUT_PYTORCH=1", "HOROVOD_WITHOUT_MXNET=1")
 COMPILERS = re.compile(r"(?<![\w.-])(gcc|g\+\+|cc|c\+\+|clang|build-essential|cmake|make|gfortran|nvcc|[\w.+-]+-dev)"
@@ -137,34 +138,71 @@ def test_versions_match_the_project_pins(dockerfile):
     kind, parsed = dockerfile
     pins = setup_cfg_pins()
     args = parsed.args
-    assert args["TENSORFLOW_VERSION"] == pins["tensorflow-cpu"]
-    assert args["HOROVOD_VERSION"] == pins["horovod"] == setup_env_value(r'HOROVOD_VERSION="([^"]+)"')
+    assert args["TENSORFLOW_VERSION"] == pins["tensorflow-cpu"] == setup_env_value(r'TF_VERSION="([^"]+)"')
+    assert args["TENSORBOARD_VERSION"] == pins["tensorboard"]
+    assert pins["horovod"] == setup_env_value(r'HOROVOD_VERSION="([^"]+)"') == build_horovod_value("HOROVOD_VERSION")
     assert args["MPI4PY_VERSION"] == pins["mpi4py"] == setup_env_value(r'MPI4PY_VERSION="([^"]+)"')
     assert args["MLXTEND_VERSION"] == setup_env_value(r'"mlxtend==([^"]+)"')
-    assert f"python{args['PYTHON_VERSION']}" == setup_env_value(r'PYTHON="\$\{PYTHON:-([^}]+)\}"')
     runs = " ".join(parsed.stages[0].all("RUN"))
     tensorflow = "tensorflow[and-cuda]" if kind == "gpu" else "tensorflow-cpu"
     for requirement in (f'"{tensorflow}==${{TENSORFLOW_VERSION}}"', f'"numpy{pins["numpy"]}"',
-                        '"mpi4py==${MPI4PY_VERSION}"', '"horovod==${HOROVOD_VERSION}"',
+                        '"tensorboard==${TENSORBOARD_VERSION}"', '"mpi4py==${MPI4PY_VERSION}"',
                         '--no-deps "mlxtend==${MLXTEND_VERSION}"'):
         assert requirement in runs
+
+
+def build_horovod_value(name: str) -> str:
+    match = re.search(rf"^{name}=(\S+)$", (ROOT / "scripts" / "build_horovod.sh").read_text(), flags=re.M)
+    assert match, name
+    return match[1]
+
+
+def test_the_python_of_each_image_is_in_the_supported_range(dockerfile):
+    kind, parsed = dockerfile
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    supported = re.findall(r"Python :: (3\.\d+)", parser["metadata"]["classifiers"])
+    base_python = re.search(r"python:(3\.\d+)-", parsed.stages[0].base)
+    version = parsed.args["PYTHON_VERSION"] if kind == "gpu" else base_python[1]
+    assert version in supported
+    if kind == "cpu":
+        assert version == "3.13"  # Debian 13's Python: where the top of the range is proven (test_containers)
 
 
 def test_bases_and_horovod_build(dockerfile):
     kind, parsed = dockerfile
     builder, runtime = parsed.stages[0], parsed.stages[-1]
     assert len(parsed.stages) == 2 and builder.name == "builder"
-    horovod_build = next(run for run in builder.all("RUN") if "pip wheel" in run)
+    horovod_build = next(run for run in builder.all("RUN") if "build_horovod.sh" in run)
     assert all(flag in horovod_build.split() for flag in HOROVOD_BUILD_FLAGS)
-    assert "--no-build-isolation" in horovod_build
+    assert "scripts/build_horovod.sh /tmp/build_horovod.sh" in builder.all("COPY")
+    assert "bash /tmp/build_horovod.sh python /wheels" in horovod_build
+    assert "rm -rf" in horovod_build and "tensorflow/include" in horovod_build  # headers stay in the builder
     if kind == "gpu":
         assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-devel-ubuntu22\.04", builder.base)
         assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu22\.04", runtime.base)
         assert "HOROVOD_GPU_OPERATIONS=NCCL" in horovod_build.split()
         assert "[X] NCCL" in horovod_build.replace("\\", "")
     else:
-        assert builder.base == runtime.base == "python:3.11-slim-bookworm"
+        assert builder.base == runtime.base == "python:3.13-slim-trixie"
         assert "HOROVOD_GPU_OPERATIONS" not in horovod_build
+
+
+def test_build_horovod_refuses_an_sdist_it_does_not_know(tmp_path):
+    """Only the sdist whose three patched lines were checked is built: another one stops with one line, before
+    anything is patched or compiled (the patch lines themselves are checked by every set-up's build)."""
+    script = (ROOT / "scripts" / "build_horovod.sh").read_text()
+    assert script.count("\npatch_line horovod/") == 3
+    fake_python = tmp_path / "python"  # its `-m pip download ... -d DIR` leaves some other horovod-0.28.1.tar.gz
+    fake_python.write_text('#!/bin/bash\nwhile (($#)); do [[ $1 == -d ]] && dir=$2; shift; done\n'
+                           'mkdir -p "$dir/horovod-0.28.1" && tar -czf "$dir/horovod-0.28.1.tar.gz" -C "$dir" '
+                           'horovod-0.28.1\n')
+    fake_python.chmod(0o755)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "build_horovod.sh"), str(fake_python), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("build_horovod: error: horovod-0.28.1.tar.gz has SHA-256 ")
+    assert not (tmp_path / "out").exists()
 
 
 def test_runtime_stage_runs_as_a_user_and_has_no_compilers(dockerfile):
@@ -186,16 +224,21 @@ def dockerignore_patterns() -> list[str]:
 
 
 def ignored(path: str, patterns: list[str]) -> bool:
-    """Whether .dockerignore drops `path` or a folder above it (`**/NAME` matches NAME at any depth)."""
+    """Whether .dockerignore drops `path` or a folder above it (`**/NAME` matches NAME at any depth; the last
+    matching pattern decides, and `!PATTERN` keeps what an earlier one dropped)."""
     parts = path.split("/")
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    dropped = False
     for pattern in patterns:
+        keep = pattern.startswith("!")
+        pattern = pattern.removeprefix("!")
         if pattern.startswith("**/"):
-            if any(fnmatch.fnmatchcase(part, pattern.removeprefix("**/")) for part in parts):
-                return True
-        elif any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes):
-            return True
-    return False
+            matched = any(fnmatch.fnmatchcase(part, pattern.removeprefix("**/")) for part in parts)
+        else:
+            matched = any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes)
+        if matched:
+            dropped = not keep
+    return dropped
 
 
 def test_build_context_has_what_the_dockerfiles_copy_and_nothing_local():
@@ -213,6 +256,7 @@ def test_build_context_has_what_the_dockerfiles_copy_and_nothing_local():
                   ".pytest_cache", ".ruff_cache", "dist", "tests/test_cli.py"):
         assert ignored(local, patterns), local
     assert not ignored("hvd_mnist/data/idx.py", patterns)
+    assert ignored("scripts/benchmark.py", patterns) and not ignored("scripts/build_horovod.sh", patterns)
 
 
 def test_entrypoint_gives_a_writable_home_and_runs_the_command(tmp_path):
@@ -237,6 +281,7 @@ def test_ssh_configs_of_the_image_parse(tmp_path):
         pytest.skip("sshd (openssh-server) is not installed")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")], check=True,
                    timeout=30)
+    sshd_privsep_dir()
     proc = subprocess.run([str(sshd), "-t", "-f", str(ROOT / "docker" / "sshd_config"), "-h", str(tmp_path / "key")],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
