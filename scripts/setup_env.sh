@@ -17,6 +17,10 @@ MPI4PY_VERSION="4.1.2"
 TENSORBOARD_VERSION="2.21.0"
 # openssh-server and iproute2: the multi-host test (two network namespaces); shellcheck: script lint.
 APT_PACKAGES=(libopenmpi-dev openmpi-bin dataset-fashion-mnist openssh-server iproute2 shellcheck)
+# The container tests build and run the images: podman (and mmdebstrap for a base image where no registry
+# answers), unless a Docker daemon already runs here.
+CONTAINER_PACKAGES=(podman runc mmdebstrap aardvark-dns)
+PODMAN_CONF=/etc/containers/containers.conf
 HOROVOD_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1
                HOROVOD_WITH_MPI=1)
 # No TensorFlow C++ start-up lines from the checks below (oneDNN, absl, CUDA probing).
@@ -59,6 +63,9 @@ PY_VERSION="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 # Debian's own python3 needs its -dev (Horovod compiles against Python.h) and -venv packages.
 wanted=("${APT_PACKAGES[@]}")
+docker info >/dev/null 2>&1 || wanted+=("${CONTAINER_PACKAGES[@]}")
+# Horovod 0.28.1 does not compile with GCC 13+ (Debian 13's default): scripts/build_horovod.sh uses g++-12.
+if command -v g++ >/dev/null && (( $(g++ -dumpversion | cut -d. -f1) >= 13 )); then wanted+=(g++-12); fi
 "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
   || wanted+=("python$PY_VERSION-dev")
 "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || wanted+=("python$PY_VERSION-venv")
@@ -71,6 +78,11 @@ if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if command -v podman >/dev/null && [[ ! -e "$PODMAN_CONF" && $(id -u) -eq 0 ]]; then
+  log "installing podman's settings for this machine kind in $PODMAN_CONF"
+  install -D -m 644 "$ROOT/docker/podman-containers.conf" "$PODMAN_CONF"
 fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
