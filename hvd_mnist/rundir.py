@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -12,6 +15,8 @@ from hvd_mnist.errors import UserError
 DEFAULT_ROOT = Path("runs")
 # Checkpoints (kept ones plus the one being written), events and the export of the largest model fit in this.
 MIN_FREE_BYTES = 256 * 2**20
+LOCK_FILE = ".lock"
+_claimed: dict[Path, int] = {}  # run directory -> its locked descriptor, held until this process exits
 
 
 def default_run_dir() -> Path:
@@ -25,17 +30,22 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     config_file = run_dir / "config.json"
     if config.elastic and config_file.is_file() and config_file.read_text() == config.to_json() + "\n":
         return run_dir  # a worker (re)joining this elastic job as rank 0
+    if (run_dir / LOCK_FILE).exists():
+        claim(run_dir)  # a run still going holds it: stop before anything in it is replaced or resumed
     if config.resume:
         if not (run_dir / "checkpoints").is_dir():
             raise UserError(f"--resume: no checkpoints in {run_dir}")
     elif config.resume_from is not None:
         pass  # a new run directory, or this run's own, continued from the given checkpoint
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif run_dir.exists() and any(path.name != LOCK_FILE for path in run_dir.iterdir()):
         if not config.overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to replace it")
         shutil.rmtree(run_dir)
+        if (fd := _claimed.pop(run_dir.resolve(), None)) is not None:
+            os.close(fd)  # its lock file went with the old run; claimed again below
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        claim(run_dir)
         probe = run_dir / ".write_probe"
         probe.write_text("ok")
         probe.unlink()
@@ -49,3 +59,31 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     tmp.write_text(config.to_json() + "\n")
     tmp.replace(config_file)
     return run_dir
+
+
+def claimed_run_dir() -> Path | None:
+    """The run directory this process writes, if it has one (rank 0, once prepared)."""
+    return next(iter(_claimed), None)
+
+
+def claim(run_dir: Path) -> None:
+    """Hold an exclusive lock on the run directory for the life of this process, so that a second run pointed
+    at it (a double submit, a retry while the first still runs) stops at once instead of replacing or
+    interleaving the first's files. The kernel drops the lock when the process ends, however it ends."""
+    key = run_dir.resolve()
+    if key in _claimed:
+        return
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(f"cannot write to the output directory {run_dir}: {err.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise UserError(f"{run_dir} is in use by a run still going ({holder}); wait for it or stop it, or choose "
+                        "another --output-dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{socket.gethostname()}, pid {os.getpid()}".encode(), 0)
+    _claimed[key] = fd
