@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hvd_mnist.config import CLASSIC, EXPORTS, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
-from hvd_mnist.errors import RunEnded
+from hvd_mnist.errors import RunEnded, crashed
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
@@ -145,4 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunEnded as err:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code
+    except Exception as err:  # not one of ours: its traceback goes to a file, the console gets one line
+        from hvd_mnist.rundir import claimed_run_dir
+
+        print(f"hvd-mnist: error: {crashed(err, claimed_run_dir())}", file=sys.stderr)
+        return 1
     return 0

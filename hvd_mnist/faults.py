@@ -1,9 +1,11 @@
-"""Fault injection for the reliability tests: HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP][:once=<file>].
+"""Fault injection for the reliability tests:
+HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise][:once=<file>].
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
-up, or SIGSTOP for a process that hangs without dying. With `once`, the first process to fire creates
-<file> and later ones (say, a restarted elastic worker) do not fire.
+up, or SIGSTOP for a process that hangs without dying; `raise` instead raises an exception hvd_mnist does
+not expect, as a bug would. With `once`, the first process to fire creates <file> and later ones (say, a
+restarted elastic worker) do not fire.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ ENV_VAR = "HVD_MNIST_FAULT"
 
 def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
     point, *fields = spec.split(":")
-    values = dict(field.split("=", 1) for field in fields)
+    values = dict(field.split("=", 1) for field in fields if "=" in field)
     rank = int(values["rank"]) if "rank" in values else None
     return point, rank, int(values["step"]), values
 
@@ -30,14 +32,17 @@ def planned_step(point: str, rank: int) -> int | None:
     return want_step if want_point == point and want_rank in (None, rank) else None
 
 
-def maybe_kill(point: str, rank: int, step: int) -> None:
-    """Signal this process if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
+def maybe_fault(point: str, rank: int, step: int) -> None:
+    """Signal this process (or raise) if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
     if planned_step(point, rank) != step:
         return
     values = _parse(os.environ[ENV_VAR])[3]
+    fields = os.environ[ENV_VAR].split(":")
     if "once" in values:
         try:
             os.close(os.open(values["once"], os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return
+    if "raise" in fields:
+        raise ZeroDivisionError(f"{ENV_VAR}: injected failure at step {step}")
     os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from hvd_mnist.cadence import Cadence
 from hvd_mnist.checkpointing import BEST_DIR, Checkpoints
@@ -20,9 +21,9 @@ from hvd_mnist.data.pipeline import train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
-from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed
+from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed, crashed
 from hvd_mnist.export import export_checkpoint, export_model
-from hvd_mnist.faults import maybe_kill, planned_step
+from hvd_mnist.faults import maybe_fault, planned_step
 from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.replica import Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
@@ -31,6 +32,8 @@ from hvd_mnist.stopping import StopSignal
 from hvd_mnist.writes import writing
 
 log = logging.getLogger("hvd_mnist")
+# What a failed collective raises in an elastic run: Horovod Elastic handles these itself.
+ELASTIC_SIGNALS = (tf.errors.OpError, HorovodInternalError, HostsUpdatedInterrupt)
 REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes
 
 
@@ -97,6 +100,12 @@ class TrainingLoop:
         except RunEnded as err:
             self.guard.state(err)
             raise
+        except Exception as err:
+            if self.elastic is not None and isinstance(err, ELASTIC_SIGNALS):
+                raise  # Horovod Elastic's own: it rolls back and goes on with the ranks it has
+            ended = crashed(err, self.run_dir if self.world.is_chief else None)
+            self.guard.state(ended)  # the others repeat this rank's cause instead of "a worker died"
+            raise ended from None
         finally:
             self.stop.uninstall()
             self.guard.stop_heartbeats()
@@ -125,7 +134,7 @@ class TrainingLoop:
                                f"{self.guard.last_checkpoint()}")
             due = cadence.due(step)
             if "fault" in due:
-                maybe_kill("step", self.world.rank, step)
+                maybe_fault("step", self.world.rank, step)
             if "commit" in due:
                 self.elastic.commit()
             stopping = False
@@ -214,7 +223,7 @@ class TrainingLoop:
             raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{self.guard.last_checkpoint()}")
         if self.world.is_chief:
             with writing(f"checkpoint ckpt-{step}", self.checkpoints.directory):
-                path = self.checkpoints.save(step, before_commit=lambda: maybe_kill("save", self.world.rank, step))
+                path = self.checkpoints.save(step, before_commit=lambda: maybe_fault("save", self.world.rank, step))
             self.guard.heartbeats.checkpoint = path
             log.info("saved checkpoint %s", path)
 

@@ -284,3 +284,46 @@ def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(small_mount, 
     filler.unlink()
     run_trainer("gloo", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir), "--resume")
     assert read_metrics(run_dir)[-1]["step"] == 600 and latest_step(run_dir) == 600
+
+
+def test_an_unexpected_exception_ends_every_rank_with_one_line_and_its_traceback_in_a_file(tmp_path):
+    """A bug on rank 1 (an exception hvd_mnist does not expect, after step 30): rank 1 says what it was and where
+    its traceback went; rank 0 repeats that cause instead of "a worker died"; no traceback on the console."""
+    run_dir = tmp_path / "run"
+    proc = run_trainer("mpirun", 2, *RUN, "--steps", "200", "--output-dir", str(run_dir), check=False,
+                       extra_env={"HVD_MNIST_FAULT": "step:rank=1:step=30:raise", "TMPDIR": str(tmp_path)})
+    assert proc.returncode != 0
+    lines = error_lines(proc)
+    assert len(lines) == 2 and "Traceback" not in proc.stdout + proc.stderr, lines
+    cause = "unexpected ZeroDivisionError: HVD_MNIST_FAULT: injected failure at step 30 (traceback in "
+    rank1 = next(line for line in lines if "rank 1 failed" not in line)
+    assert rank1.startswith(f"hvd-mnist: error: {cause}{tmp_path}/crash-")
+    crash_log = Path(rank1.split("(traceback in ")[1].rstrip(")"))
+    assert "Traceback (most recent call last)" in crash_log.read_text()
+    rank0 = next(line for line in lines if "rank 1 failed" in line)
+    assert f"rank 1 failed: {cause}" in rank0 and f"last good checkpoint: {run_dir}/checkpoints/ckpt-20" in rank0
+
+
+def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
+    """A double submit: the second run, even with --overwrite or --resume, ends in one line naming the first's
+    host and pid, and the first finishes untouched."""
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir)),
+                             env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and latest_step(run_dir) is None:
+            time.sleep(0.1)
+        for flag in ("--overwrite", "--resume"):
+            second = run_trainer("mpirun", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir), flag, check=False)
+            assert second.returncode == 2
+            lines = error_lines(second)
+            assert lines and all(f"{run_dir} is in use by a run still going (" in line for line in lines), lines
+            assert f"pid {first.pid}" not in lines[0]  # the holder is rank 0, not the launcher
+        output, _ = first.communicate(timeout=240)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, output[-3000:]
+    assert read_metrics(run_dir)[-1]["step"] == 600
+    assert [e["event"] for e in read_metrics(run_dir)].count("start") == 1
