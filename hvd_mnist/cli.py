@@ -136,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
     try:
         config.validate()
-        from hvd_mnist.startup import import_tensorflow_quietly
+        from hvd_mnist.startup import import_tensorflow_quietly, phase_done
 
+        phase_done("python_and_flags")
         import_tensorflow_quietly()  # seconds; only once the flags are known to be good
+        phase_done("tensorflow_imported")
         from hvd_mnist.session import run_session
 
         run_session(config)

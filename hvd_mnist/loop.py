@@ -27,7 +27,7 @@ from hvd_mnist.faults import maybe_fault, planned_step
 from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.replica import Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
-from hvd_mnist.startup import seconds_since_process_start
+from hvd_mnist.startup import phase_done, phases, seconds_since_process_start
 from hvd_mnist.stopping import StopSignal
 from hvd_mnist.writes import writing
 
@@ -80,16 +80,18 @@ class TrainingLoop:
         """From the replica's current step to the end, then the end-of-run checks, test and export."""
         configure_logging(self.world)
         start_step = int(self.replica.step.numpy())
+        phase_done("restored")
         self.reporter = Reporter(self.run_dir, enabled=self.world.is_chief)
         self.reporter.event("start", start_step=start_step, world_size=self.world.size,
                             global_batch=int(self.replica.global_batch.numpy()),
-                            accumulate=int(self.replica.micro_batches.numpy()))
+                            accumulate=int(self.replica.micro_batches.numpy()), phases=phases())
         heartbeats = self.guard.start_heartbeats(self.world.rank, self.world.size, start_step)
         if self.world.is_chief:
             heartbeats.checkpoint = self.checkpoints.latest
         self.stop.install()
         try:
             step, loss = self._train(start_step)
+            phase_done("trained")
             self.stop.uninstall()
             result = self._finish(step, loss)
             self.reporter.close()
@@ -126,6 +128,8 @@ class TrainingLoop:
             with self.guard.guarded(step, "training"):
                 metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64))
             ran = int(metrics["steps"])
+            if step == start_step:
+                phase_done("first_call")  # mostly tracing the compiled steps
             step += ran
             self.guard.heartbeats.step = step
             throughput.tick(ran)
@@ -164,9 +168,12 @@ class TrainingLoop:
                 accuracy = self.replica.evaluate(self.data.test, self.world.rank, self.world.size).accuracy
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
             self.reporter.scalars(step, {"test_accuracy": accuracy})
+        phase_done("tested")
         if self.world.is_chief:
             self._export()
-        self.reporter.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests)
+        phase_done("exported")
+        self.reporter.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests,
+                            phases=phases())
         return RunResult(step, loss, accuracy, digests)
 
     # --- what is due at a pause ----------------------------------------------------------------------------------

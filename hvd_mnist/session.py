@@ -17,6 +17,7 @@ from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.loop import RunResult, TrainingLoop
 from hvd_mnist.reporting import configure_logging
 from hvd_mnist.rundir import prepare_run_dir
+from hvd_mnist.startup import phase_done
 
 log = logging.getLogger("hvd_mnist")
 TIMELINE_FILE = "timeline.json"
@@ -52,8 +53,10 @@ def run_session(config: TrainConfig) -> RunResult:
     guard = CollectiveGuard(config.collective_timeout, config.elastic)
     with guard.guarded(0, "starting Horovod"):
         world = setup_world(config.bind_cpus)
+    phase_done("horovod_started")
     configure_logging(world)
     data = load_data(config)  # bad data fails on every rank before any file is written
+    phase_done("data_loaded")
     if len(data.train) < world.size:
         raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
     if config.elastic:
@@ -63,6 +66,7 @@ def run_session(config: TrainConfig) -> RunResult:
     else:
         with guard.guarded(0, "preparing the run directory"):
             run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
+    phase_done("run_dir_ready")
     log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
     log.info("data: %s", data.description)
     accumulation = f" x {config.accumulate} micro-batches" if config.accumulate > 1 else ""

@@ -1,4 +1,4 @@
-"""Process start-up: import TensorFlow without its C++ start-up lines on the console."""
+"""Process start-up: import TensorFlow without its C++ start-up lines on the console, and time each phase."""
 
 from __future__ import annotations
 
@@ -48,3 +48,16 @@ def seconds_since_process_start() -> float:
     with open("/proc/uptime") as uptime:
         up_seconds = float(uptime.read().split()[0])
     return up_seconds - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+_phases: dict[str, float] = {}
+
+
+def phase_done(name: str) -> None:
+    """Record that a phase of the run ended, in seconds since the process started (metrics.jsonl's `start`
+    and `end` events carry them, so a slow launch can be read phase by phase)."""
+    _phases[name] = round(seconds_since_process_start(), 3)
+
+
+def phases() -> dict[str, float]:
+    return dict(_phases)

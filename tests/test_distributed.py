@@ -131,6 +131,11 @@ def test_the_main_command_reaches_90_percent_with_the_defaults(tmp_path):
     events = read_metrics(tmp_path / "r")
     assert events[0]["world_size"] == 2 and events[-1]["step"] == 1000
     assert events[-1]["test_accuracy"] >= 0.90, events[-1]
+    # Rank 0's start-up and end phases, in seconds since its process started, in the order they happen.
+    phases = events[-1]["phases"]
+    assert list(phases) == ["python_and_flags", "tensorflow_imported", "horovod_started", "data_loaded",
+                            "run_dir_ready", "restored", "first_call", "trained", "tested", "exported"]
+    assert list(phases.values()) == sorted(phases.values()) and events[0]["phases"]["restored"] == phases["restored"]
 
 
 def test_accumulating_two_batches_equals_two_ranks(tmp_path):
