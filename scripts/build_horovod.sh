@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with three patches of one line each: one
-# that current TensorFlow needs, two for a quiet console. scripts/setup_env.sh and both Dockerfiles call this, so
-# the three builds cannot drift apart.
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with four small patches: one that current
+# TensorFlow needs, two for a quiet console, one for a faster launch. scripts/setup_env.sh and both Dockerfiles
+# call this, so the three builds cannot drift apart.
 #
 #   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
 #
 # The patches, each applied to exactly one line of the unpacked sdist (the build stops if that line is not there
-# exactly once, so an unknown sdist is never built unpatched):
+# exactly once, so an unknown sdist is never built unpatched; the sdist's SHA-256 is checked first):
 # 1. horovod/tensorflow/CMakeLists.txt stops compiling xla_mpi_ops.cc, which includes headers that TensorFlow
 #    2.19+ wheels no longer ship; its code is all inside `#if HAVE_GPU` and only registers XLA custom calls for
 #    jit-compiled allreduces on GPUs, which hvd_mnist does not use.
@@ -15,6 +15,9 @@
 #    every `horovodrun` otherwise prints TensorFlow's start-up lines before any worker starts.
 # 3. horovod/runner/launch.py ends a failed job with one line instead of a Python traceback, after the
 #    workers' own one-line errors.
+# 4. horovod/common/util.py answers horovodrun's "built with MPI / Gloo?" probes by loading Horovod's TensorFlow
+#    library with TensorFlow's two shared libraries, instead of importing TensorFlow's Python in a forked child
+#    per probe (2-3 s each, before any worker starts); on any failure it falls back to the import.
 # Horovod 0.28.1's vendored flatbuffers and some of its headers do not compile with GCC 13 or newer (Debian
 # 13's default is GCC 14); where the default g++ is that new, the build uses g++-12 (CXX overrides).
 set -euo pipefail
@@ -47,13 +50,18 @@ patch_line() {  # patch_line FILE OLD NEW: replace the one line OLD of FILE with
   ((found == 1)) || fail "$1 holds the line to patch $found times, expected once: $2"
   awk -v old="$2" -v new="$3" '$0 == old { if (new != "") print new; next } { print }' "$file" > "$file.patched"
   mv "$file.patched" "$file"
-  ! grep -qxF -- "$2" "$file" || fail "$1 still holds the patched line"
+  (($(grep -cxF -- "$2" "$file" || true) == $(printf '%b\n' "$3" | grep -cxF -- "$2" || true))) \
+    || fail "$1 still holds the patched line"  # (once more where the new text ends with it: an insertion)
 }
 # shellcheck disable=SC2016  # the CMake line is matched literally
 patch_line horovod/tensorflow/CMakeLists.txt \
   'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")' ''
 patch_line horovod/common/util.py "            sys.stderr = open(os.devnull, 'w')" \
   "            sys.stderr = open(os.devnull, 'w'); os.dup2(sys.stderr.fileno(), 1); os.dup2(sys.stderr.fileno(), 2)"
+patch_line horovod/common/util.py "            ext = importlib.import_module('.' + ext_base_name, 'horovod')" \
+  "            ext = _tensorflow_library() if ext_base_name == 'tensorflow' and fn_desc in ('built with MPI', 'built with Gloo') else None\n            ext = ext or importlib.import_module('.' + ext_base_name, 'horovod')"
+patch_line horovod/common/util.py "def extension_available(ext_base_name, verbose=False):" \
+  "def _tensorflow_library():\n    # hvd_mnist: Horovod's TensorFlow library without importing TensorFlow's Python; None if that fails.\n    try:\n        import ctypes, importlib.util\n        from horovod.common.basics import HorovodBasics\n        tf_dir = os.path.dirname(importlib.util.find_spec('tensorflow').origin)\n        for lib in ('libtensorflow_framework.so.2', 'libtensorflow_cc.so.2'):\n            ctypes.CDLL(os.path.join(tf_dir, lib), mode=ctypes.RTLD_GLOBAL)\n        return HorovodBasics(os.path.join(os.path.dirname(os.path.dirname(__file__)), 'tensorflow', '__init__.py'), 'mpi_lib')\n    except Exception:\n        return None\n\n\ndef extension_available(ext_base_name, verbose=False):"
 patch_line horovod/runner/launch.py "    _run(args)" \
   "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
 
