@@ -17,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CPU_BASE="docker.io/library/python:3.13-slim-trixie"
 LOCAL_BASE="localhost/hvd-mnist-base:trixie-1"  # Debian 13 with its python3 3.13, made here (-N: its recipe)
-GPU_BASE="docker.io/nvidia/cuda:12.5.1-devel-ubuntu22.04"
+GPU_BASES=(docker.io/nvidia/cuda:12.5.1-devel-ubuntu22.04 docker.io/nvidia/cuda:12.5.1-runtime-ubuntu22.04)
 DEBIAN_SUITE="trixie"
 PULL_TIMEOUT_S=60
 
@@ -95,10 +95,10 @@ size="$("$engine" image inspect --format '{{.Size}}' "$prefix:cpu")"
 say "$prefix:cpu is $((size / 1000000)) MB"
 
 if $gpu; then
-  if pulled "$GPU_BASE"; then
+  if pulled "${GPU_BASES[0]}" && pulled "${GPU_BASES[1]}"; then  # both stages' bases: podman builds --pull=never
     built+=("$(build docker/Dockerfile "$prefix:gpu")")
   else
-    say "GPU image skipped: cannot pull $GPU_BASE (no CUDA base image is reachable from here)"
+    say "GPU image skipped: cannot pull ${GPU_BASES[*]} (no CUDA base image is reachable from here)"
   fi
 fi
 printf '%s\n' "${built[@]}"
