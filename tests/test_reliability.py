@@ -157,7 +157,9 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o755)
     run_dir = tmp_path / "run"
-    extra = {"killed": ["--keep-global-batch"], "stopped": ["--collective-timeout", "10"]}[fault]
+    # 20 s: above a joining worker's start-up on a loaded machine (TF import, data, tracing), which is a
+    # legitimate gap between collectives too.
+    extra = {"killed": ["--keep-global-batch"], "stopped": ["--collective-timeout", "20"]}[fault]
     command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
                *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
@@ -176,8 +178,8 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
     else:
         assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (100, 1), (200, 1)]
     if fault == "stopped":
-        assert "rank(s) 1 stopped answering for 10 s; killed, so that the others go on" in proc.stdout + proc.stderr
-        assert 10 <= starts[1]["time"] - starts[0]["time"] < 40  # the reset came after the timeout, not later
+        assert "rank(s) 1 stopped answering for 20 s; killed, so that the others go on" in proc.stdout + proc.stderr
+        assert 20 <= starts[1]["time"] - starts[0]["time"] < 50  # the reset came after the timeout, not later
     end = read_metrics(run_dir)[-1]
     assert end["step"] == 3000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
 
@@ -306,24 +308,27 @@ def test_an_unexpected_exception_ends_every_rank_with_one_line_and_its_traceback
 
 def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
     """A double submit: the second run, even with --overwrite or --resume, ends in one line naming the first's
-    host and pid, and the first finishes untouched."""
+    host and pid, and the first goes on untouched until it is stopped."""
     run_dir = tmp_path / "run"
-    first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir)),
+    first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir)),
                              env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and latest_step(run_dir) is None:
             time.sleep(0.1)
         for flag in ("--overwrite", "--resume"):
-            second = run_trainer("mpirun", 2, *RUN, "--steps", "600", "--output-dir", str(run_dir), flag, check=False)
+            second = run_trainer("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir), flag,
+                                 check=False)
             assert second.returncode == 2
             lines = error_lines(second)
             assert lines and all(f"{run_dir} is in use by a run still going (" in line for line in lines), lines
             assert f"pid {first.pid}" not in lines[0]  # the holder is rank 0, not the launcher
-        output, _ = first.communicate(timeout=240)
+        assert first.poll() is None
+        first.send_signal(signal.SIGTERM)  # mpirun passes it on: the ranks stop together, with a checkpoint
+        output, _ = first.communicate(timeout=120)
     finally:
         first.kill()
         first.wait()
-    assert first.returncode == 0, output[-3000:]
-    assert read_metrics(run_dir)[-1]["step"] == 600
-    assert [e["event"] for e in read_metrics(run_dir)].count("start") == 1
+    assert "hvd-mnist: stopped: SIGTERM at step" in output, output[-3000:]
+    events = read_metrics(run_dir)
+    assert [e["event"] for e in events].count("start") == 1 and events[-1]["event"] == "stopped"
