@@ -6,7 +6,6 @@ import contextlib
 import functools
 import logging
 import math
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +87,7 @@ class TrainingLoop:
         heartbeats = self.guard.start_heartbeats(self.world.rank, self.world.size, start_step)
         if self.world.is_chief:
             heartbeats.checkpoint = self.checkpoints.latest
-        self.stop.install()
+        self.stop.install(watch_launcher=self.world.size > 1)
         try:
             step, loss = self._train(start_step)
             phase_done("trained")
@@ -236,7 +235,7 @@ class TrainingLoop:
 
     def _stopped(self, step: int) -> None:
         """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
-        name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
+        name = self.stop.reason
         self.reporter.event("stopped", step=step, reason=name)
         saved = f"checkpoint {self.checkpoints.latest} written" if self.world.is_chief else "rank 0 checkpointed it"
         raise StopRequested(f"{name} at step {step}; {saved}; continue with --resume", self.stop.exit_code())

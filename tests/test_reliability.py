@@ -332,3 +332,25 @@ def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
     assert "hvd-mnist: stopped: SIGTERM at step" in output, output[-3000:]
     events = read_metrics(run_dir)
     assert [e["event"] for e in events].count("start") == 1 and events[-1]["event"] == "stopped"
+
+
+def test_ranks_orphaned_by_a_killed_launcher_stop_together_with_a_checkpoint(tmp_path):
+    """`kill -9 mpirun`: its ranks are re-parented and would train on unseen; each notices within a second,
+    they stop together at the next agreement as on a hang-up, rank 0 checkpoints, and no rank is left running."""
+    run_dir = tmp_path / "run"
+    launcher = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir)),
+                                env=launcher_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and latest_step(run_dir) is None:
+        time.sleep(0.1)
+    launcher.kill()
+    launcher.wait()
+    killed = time.monotonic()
+    while time.monotonic() - killed < 60 and (_rank_pid(str(run_dir), 0) or _rank_pid(str(run_dir), 1)):
+        time.sleep(0.2)
+    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None, "orphaned ranks still run"
+    assert time.monotonic() - killed < 30
+    stopped = read_metrics(run_dir)[-1]
+    assert stopped["event"] == "stopped" and stopped["reason"].startswith("the launcher is gone")
+    assert latest_step(run_dir) == stopped["step"]
+    assert_checkpoint_readable(run_dir, stopped["step"])
