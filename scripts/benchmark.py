@@ -1,7 +1,8 @@
 """Measure hvd_mnist against its peers and the compute floor, side by side, in one invocation.
 
     .venv/bin/python scripts/benchmark.py [--out bench_out/] [--repeats 3] [--steps 300] [--quick]
-                                          [--time-to-accuracy] [--gpu]
+                                          [--time-to-accuracy [--tta-target 0.85] [--tta-eval-every 50]
+                                           [--tta-max-steps 3000] [--tta-lr 0.1]] [--gpu]
 
 Converts the offline MNIST sample to TFRecords (and an npz copy for the peers) once, then runs every
 configuration `--repeats` times, interleaved, at per-worker batches 100 and 1000, with the first fifth of
@@ -9,12 +10,19 @@ the steps excluded as warm-up. Every job runs under a time limit; multi-process 
 network namespace holding only the loopback interface when `unshare --net` works here. Writes
 OUT/results.json (every raw figure, medians, spreads, ratios, targets, machine and versions) and
 OUT/chart.png, and prints a table. See docs/benchmark.md.
+
+--time-to-accuracy then races, on Fashion-MNIST at per-worker batch 100 and np=2, hvd_mnist (the faster
+launcher at batch 100) against the fastest peer at batch 100. Each is launched once, holds out the same
+5,000 training examples (hvd_mnist's own hold-out, seed 0) and trains on the rest, evaluates on them every
+--tta-eval-every steps, and stops when its validation accuracy reaches --tta-target (or at --tta-max-steps);
+the race is decided on wall time from launch to exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -35,7 +43,9 @@ FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CORES = os.cpu_count() or 1
 HVD_NP2 = ("hvd_np2_gloo", "hvd_np2_mpirun")  # hvd_mnist np=2 under each launcher
 NETNS_PREFIX = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
-TTA_LADDER = (250, 500, 1000, 2000, 4000)
+TTA_BATCH = 100  # per worker, np=2; the contenders are also picked by their throughput at this batch
+TTA_VALIDATION = 5000  # hvd_mnist's default hold-out for 60k training examples, passed to both racers
+TTA_SEED = 0  # hvd_mnist's default --seed, which chooses the held-out examples
 LIBRARIES = ("tensorflow-cpu", "horovod", "torch", "numpy", "mpi4py", "matplotlib")
 
 
@@ -184,9 +194,14 @@ def read_result(run_dir: Path) -> dict[str, float]:
             if isinstance(value, int | float) and not isinstance(value, bool)}
 
 
+def trainer_events(run_dir: Path) -> list[dict]:
+    """The events of hvd_mnist's metrics.jsonl in a run directory."""
+    return [json.loads(line) for line in (run_dir / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
 def read_trainer_metrics(run_dir: Path) -> dict[str, float]:
     """Throughput over every logged interval but the first (tracing), and the final test accuracy if any."""
-    events = [json.loads(line) for line in (run_dir / "run" / "metrics.jsonl").read_text().splitlines()]
+    events = trainer_events(run_dir)
     intervals = [event["sec_per_batch"] for event in events if event["event"] == "train"][1:]
     if not intervals:
         raise BenchmarkError(f"no timed interval in {run_dir / 'run' / 'metrics.jsonl'}")
@@ -253,6 +268,9 @@ def prepare_data(out_dir: Path, dataset: str, timeout: int) -> tuple[Path, Path]
     data_dir = out_dir / "data" / dataset
     convert = ["-m", "hvd_mnist.data", "convert", "--dataset", dataset, "--out-dir", str(data_dir)]
     launch(Plan(Path(), Path(), timeout=timeout), "python", 1, convert, data_dir)
+    from hvd_mnist.startup import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # no TensorFlow start-up lines in the benchmark's own output
     from hvd_mnist.data.records import read_records
 
     for split in ("train", "test"):
@@ -338,8 +356,8 @@ def derive(summary: dict, configs: list[Config], batches: list[int]) -> dict:
     return derived
 
 
-def targets(summary: dict, derived: dict, configs: list[Config], batches: list[int]) -> dict:
-    """The project's three targets, each with the figures it was decided on (None: not measured)."""
+def targets(summary: dict, derived: dict, configs: list[Config], batches: list[int], race: dict | None) -> dict:
+    """The project's targets, each with the figures it was decided on (None: not measured)."""
     result = {}
     for batch in batches:
         _, peer_rate = best_peer(summary, configs, batch)
@@ -355,6 +373,7 @@ def targets(summary: dict, derived: dict, configs: list[Config], batches: list[i
         step_ratio = derived["1000"]["step_time_vs_floor"].get("hvd_np1")
         result["hvd_np1_within_1.3x_floor_step_time_b1000"] = {
             "met": None if step_ratio is None else step_ratio <= 1.3, "ratio": step_ratio}
+    result["time_to_accuracy_within_1.0x_best_peer"] = race_target(race)
     return result
 
 
@@ -445,33 +464,116 @@ def machine() -> dict:
 # ---------------------------------------------------------------------------------------------- time to accuracy
 
 def time_to_accuracy(args: argparse.Namespace, configs: list[Config], summary: dict, isolate: bool) -> dict:
-    """Wall time (launch to exit) of the shortest run in a doubling ladder of step counts that reaches the
-    target test accuracy on full Fashion-MNIST: hvd_mnist np=2 (the faster launcher at batch 100) versus the
-    fastest peer at batch 100."""
+    """Race hvd_mnist np=2 (the faster launcher at batch 100) against the fastest peer at batch 100, one run each,
+    to --tta-target validation accuracy on full Fashion-MNIST; the figure is wall time from launch to exit.
+
+    Every peer can race (common.TargetRace). Both evaluate the same held-out examples every --tta-eval-every
+    steps, each rank its shard and one sum over the ranks; hvd_mnist evaluates its moving-average weights, the
+    peers (which keep none) their weights as they are. Each then reports its test accuracy and exits.
+    """
     train, test = prepare_data(args.out, "fashion_mnist", args.timeout)
-    peer_key, _ = best_peer(summary, configs, 100)
-    hvd_key = max(HVD_NP2, key=lambda key: median(summary, key, 100) or 0)
-    contenders = [c for c in configs if c.key in (hvd_key, peer_key)]
-    result = {"target": args.tta_target, "lr": args.tta_lr, "batch_size": 100, "dataset": "fashion_mnist", "runs": {}}
-    for config in contenders:
-        ladder = []
-        for steps in TTA_LADDER:
-            plan = plan_for(train, test, steps=steps, lr=args.tta_lr, timeout=args.timeout, isolate=isolate)
-            record = run_config(plan, config, 100, args.out / "tta" / config.key / str(steps))
-            ladder.append({"steps": steps, **record})
-            print(f"time-to-accuracy {config.key} {steps} steps: {_tta_line(record)}", flush=True)
-            if record.get("figures", {}).get("test_accuracy", 0) >= args.tta_target or "error" in record:
-                break
-        reached = [run for run in ladder if run.get("figures", {}).get("test_accuracy", 0) >= args.tta_target]
-        result["runs"][config.key] = {"ladder": ladder, "wall_s_to_target": reached[0]["wall_s"] if reached else None,
-                                      "steps_to_target": reached[0]["steps"] if reached else None}
-    return result
+    peer_train, validation = hold_out_for_peers(train.parent)
+    # hvd_mnist reads every training record and holds the validation examples out itself; the peer gets the rest.
+    plan = dataclasses.replace(plan_for(train, test, steps=args.tta_max_steps, lr=args.tta_lr, timeout=args.timeout,
+                                        isolate=isolate), train_npz=peer_train)
+    contenders = {}
+    for role, config in race_contenders(summary, configs).items():
+        if config is None:
+            contenders[role] = {"error": f"no {role} configuration was measured at batch {TTA_BATCH}"}
+            continue
+        racer = dataclasses.replace(config, extra_args=(*config.extra_args, *race_args(config, args, validation)),
+                                    read=read_trainer_race if config.group == "hvd_mnist" else read_result)
+        contenders[role] = run_config(plan, racer, TTA_BATCH, args.out / "tta" / config.key)
+        print(f"time-to-accuracy {config.key}: {race_line(contenders[role])}", flush=True)
+    walls = [wall_to_target(contenders[role]) for role in ("hvd_mnist", "best_peer")]
+    print(f"time-to-accuracy: hvd_mnist / best peer, launch to exit: {fmt(ratio(*walls), '.2f')}x", flush=True)
+    return {"target_validation_accuracy": args.tta_target, "lr": args.tta_lr, "batch_size": TTA_BATCH,
+            "dataset": "fashion_mnist", "eval_every": args.tta_eval_every, "max_steps": args.tta_max_steps,
+            "validation_examples": TTA_VALIDATION, "validation_seed": TTA_SEED, "contenders": contenders,
+            "hvd_over_peer_wall": ratio(*walls)}
 
 
-def _tta_line(record: dict) -> str:
+def hold_out_for_peers(data_dir: Path) -> tuple[Path, Path]:
+    """hvd_mnist's own validation hold-out applied to the training npz, so that the peer trains on the examples
+    hvd_mnist trains on and validates on the ones it validates on: the (train, validation) npz files."""
+    import numpy as np
+
+    from hvd_mnist.data.sources import Dataset, Split, hold_out_validation
+
+    with np.load(data_dir / "train.npz") as data:
+        train = Split(data["images"], data["labels"])
+    held = hold_out_validation(Dataset(train, None, "train.npz"), TTA_VALIDATION, TTA_SEED)
+    _save_npz(data_dir / "race_train.npz", held.train.images, held.train.labels)
+    _save_npz(data_dir / "validation.npz", held.validation.images, held.validation.labels)
+    return data_dir / "race_train.npz", data_dir / "validation.npz"
+
+
+def race_possible(configs: list[Config]) -> bool:
+    """Whether the selected configurations hold an hvd_mnist np=2 launch and a peer to pick the racers from."""
+    return any(c.key in HVD_NP2 for c in configs) and any(c.group == "peer" for c in configs)
+
+
+def race_contenders(summary: dict, configs: list[Config]) -> dict[str, Config | None]:
+    """The racers by role: the faster hvd_mnist np=2 launcher and the fastest peer at batch 100 (None: not measured)."""
+    peer_key, _ = best_peer(summary, configs, TTA_BATCH)
+    rates = {key: rate for key in HVD_NP2 if (rate := median(summary, key, TTA_BATCH))}
+    hvd_key = max(rates, key=rates.get, default=None)
+    by_key = {c.key: c for c in configs}
+    return {"hvd_mnist": by_key.get(hvd_key), "best_peer": by_key.get(peer_key)}
+
+
+def race_args(config: Config, args: argparse.Namespace, validation: Path) -> tuple[str, ...]:
+    """The flags that stop a racer at the target: hvd_mnist's own (it holds the same examples out itself, by size
+    and seed), or common.py's for a peer (handed those examples)."""
+    race = ("--eval-every", str(args.tta_eval_every), "--target-accuracy", str(args.tta_target))
+    if config.group == "hvd_mnist":
+        return (*race, "--validation-size", str(TTA_VALIDATION), "--seed", str(TTA_SEED))
+    return (*race, "--validation-data", str(validation))
+
+
+def read_trainer_race(run_dir: Path) -> dict[str, float]:
+    """hvd_mnist's race in the peers' terms, from its metrics.jsonl: steps run, validation accuracy at the stop,
+    test accuracy, and, once the target was reached, the steps and in-process seconds it took."""
+    events = trainer_events(run_dir)
+    evaluations = [event for event in events if event["event"] == "eval"]
+    ends = [event for event in events if event["event"] == "end"]
+    if not evaluations or not ends:
+        raise BenchmarkError(f"no evaluation or no end in {run_dir / 'run' / 'metrics.jsonl'}")
+    figures = {"steps": ends[0]["step"], "validation_accuracy": evaluations[-1]["accuracy"],
+               "test_accuracy": ends[0]["test_accuracy"]}
+    for event in events:
+        if event["event"] == "target_reached":
+            figures |= {"steps_to_target": event["step"], "seconds_to_target": event["seconds_since_start"]}
+    return figures
+
+
+def wall_to_target(record: dict) -> float | None:
+    """Launch-to-exit seconds of a racer that reached the target (None: it failed or stopped at the step cap)."""
+    return record["wall_s"] if "steps_to_target" in record.get("figures", {}) else None
+
+
+def race_target(race: dict | None) -> dict:
+    """hvd_mnist within 1.0x the best peer's wall time to the target: met if it got there no later or only it got
+    there, missed if only the peer got there or sooner; None if there was no race, a run failed or none got there."""
+    contenders = (race or {}).get("contenders", {})
+    hvd, peer = contenders.get("hvd_mnist", {}), contenders.get("best_peer", {})
+    hvd_wall, peer_wall = wall_to_target(hvd), wall_to_target(peer)
+    decided = "figures" in hvd and "figures" in peer and (hvd_wall is not None or peer_wall is not None)
+    met = hvd_wall is not None and (peer_wall is None or hvd_wall <= peer_wall) if decided else None
+    return {"met": met, "ratio": ratio(hvd_wall, peer_wall), "hvd_mnist_wall_s": hvd_wall,
+            "best_peer_wall_s": peer_wall}
+
+
+def race_line(record: dict) -> str:
+    """One racer's outcome in a line."""
     if "error" in record:
         return f"failed: {record['error']}"
-    return f"test accuracy {record['figures'].get('test_accuracy', 0):.4f} in {record['wall_s']:.1f}s"
+    figures = record["figures"]
+    outcome = (f"reached the target at step {figures['steps_to_target']} "
+               f"({figures['seconds_to_target']:.1f} s after its start)" if "steps_to_target" in figures
+               else f"did not reach the target in {figures['steps']} steps")
+    return (f"{outcome}, validation accuracy {figures['validation_accuracy']:.4f}, test accuracy "
+            f"{fmt(figures.get('test_accuracy'), '.4f')}, {record['wall_s']:.1f} s launch to exit")
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -484,9 +586,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="per worker (default 100 1000; --quick: 100)")
     parser.add_argument("--quick", action="store_true", help="one short repeat at batch 100 (under 3 minutes)")
     parser.add_argument("--time-to-accuracy", action="store_true",
-                        help="also time hvd_mnist np=2 and the best peer to --tta-target on Fashion-MNIST (long)")
-    parser.add_argument("--tta-target", type=float, default=0.85, help="test accuracy to reach (default 0.85)")
-    parser.add_argument("--tta-lr", type=float, default=0.1, help="learning rate of those runs (default 0.1)")
+                        help="then race hvd_mnist np=2 against the best peer at batch 100 to --tta-target on "
+                             "Fashion-MNIST, one run each, timed from launch to exit (needs batch 100)")
+    parser.add_argument("--tta-target", type=float, default=0.85,
+                        help="validation accuracy at which a racer stops (default 0.85)")
+    parser.add_argument("--tta-eval-every", type=int, default=50,
+                        help="steps between the racers' validations (default 50)")
+    parser.add_argument("--tta-max-steps", type=int, default=3000,
+                        help="steps after which a racer that has not reached the target stops (default 3000)")
+    parser.add_argument("--tta-lr", type=float, default=0.1, help="learning rate of the racers (default 0.1)")
     parser.add_argument("--gpu", action="store_true", help="the GPU variant: np=1 on one GPU, mixed precision off/on")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed to each job (default 300)")
     parser.add_argument("--only", nargs="+", metavar="KEY", default=[],
@@ -500,6 +608,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--repeats, --batch-sizes must be positive and --steps at least 5")
     if quick and args.time_to_accuracy:
         parser.error("--time-to-accuracy is too long for --quick")
+    if args.time_to_accuracy and TTA_BATCH not in args.batch_sizes:
+        parser.error(f"--time-to-accuracy picks its racers by their throughput at batch {TTA_BATCH}: "
+                     f"keep {TTA_BATCH} in --batch-sizes")
+    if not 0 < args.tta_target <= 1 or not 1 <= args.tta_eval_every <= args.tta_max_steps:
+        parser.error("--tta-target must be in (0, 1] and --tta-eval-every in 1..--tta-max-steps")
     args.out = args.out.resolve()
     return args
 
@@ -549,9 +662,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(c.key for c in configs)}", file=sys.stderr)
         return 2
     configs = [c for c in configs if not args.only or c.key in args.only]
+    racing = args.time_to_accuracy and not args.gpu
+    if racing and not race_possible(configs):
+        print(f"benchmark: error: --time-to-accuracy races the faster of {' and '.join(HVD_NP2)} against the "
+              "fastest peer at batch 100: --only must name at least one of those and a peer", file=sys.stderr)
+        return 2
     records = measure(args, configs, isolate)
     summary = summarize(records)
     derived = derive(summary, configs, args.batch_sizes)
+    print(table(summary, derived, configs, args.batch_sizes), flush=True)
+    race = time_to_accuracy(args, configs, summary, isolate) if racing else None
     results = {
         "machine": machine(),
         "settings": {"repeats": args.repeats, "steps": args.steps, "warmup_steps": max(1, args.steps // 5),
@@ -560,17 +680,16 @@ def main(argv: list[str] | None = None) -> int:
         "configs": {c.key: {"label": c.label, "group": c.group, "launcher": c.launcher, "np": c.np_}
                     for c in configs},
         "runs": records, "summary": summary, "derived": derived,
-        "targets": {} if args.gpu else targets(summary, derived, configs, args.batch_sizes),
+        "targets": {} if args.gpu else targets(summary, derived, configs, args.batch_sizes, race),
     }
-    print(table(summary, derived, configs, args.batch_sizes))
-    if args.time_to_accuracy and not args.gpu:
-        results["time_to_accuracy"] = time_to_accuracy(args, configs, summary, isolate)
+    if race:
+        results["time_to_accuracy"] = race
     results["duration_s"] = time.perf_counter() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     chart(summary, configs, args.batch_sizes, args.out / "chart.png")
     for name, target in results["targets"].items():
         print(f"target {name}: {'met' if target['met'] else 'MISSED' if target['met'] is False else 'not measured'}")
-    failures = [record for record in records if "error" in record]
+    failures = [record for record in [*records, *(race or {}).get("contenders", {}).values()] if "error" in record]
     print(f"wrote {args.out / 'results.json'} and {args.out / 'chart.png'} in {results['duration_s']:.0f}s"
           + (f"; {len(failures)} run(s) failed" if failures else ""))
     return 1 if failures else 0

@@ -1,7 +1,9 @@
-"""scripts/benchmark.py end to end on tiny settings: its outputs exist and are well-formed (not its speeds)."""
+"""scripts/benchmark.py end to end on tiny settings: its outputs exist and are well-formed (not its speeds); and
+how it decides the time-to-accuracy race, on made-up records."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +13,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def load_benchmark():
+    """scripts/benchmark.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("benchmark", ROOT / "scripts" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["benchmark"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+benchmark = load_benchmark()
+
+
+def racer(wall_s: float, reached: bool = True) -> dict:
+    """A racer's record as run_config returns it."""
+    return {"wall_s": wall_s, "figures": {"steps": 900, **({"steps_to_target": 900} if reached else {})}}
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +75,32 @@ def test_gpu_mode_fails_in_one_line_without_a_gpu(tmp_path):
     if proc.returncode == 0:
         pytest.skip("this machine has a GPU")
     assert len(proc.stderr.strip().splitlines()) == 1 and "error" in proc.stderr
+
+
+@pytest.mark.parametrize(("hvd", "peer", "met", "ratio"), [
+    (racer(10), racer(12), True, 10 / 12),
+    (racer(12), racer(12), True, 1.0),
+    (racer(15), racer(12), False, 15 / 12),
+    (racer(15, reached=False), racer(12), False, None),  # only the peer got there
+    (racer(15), racer(12, reached=False), True, None),  # only hvd_mnist got there
+    (racer(15, reached=False), racer(12, reached=False), None, None),  # nobody did: nothing decided
+    ({"error": "exit 1"}, racer(12), None, None),  # a failed run decides nothing
+])
+def test_time_to_accuracy_target_compares_wall_time_to_the_target(hvd, peer, met, ratio):
+    target = benchmark.race_target({"contenders": {"hvd_mnist": hvd, "best_peer": peer}})
+    assert target["met"] is met
+    assert target["ratio"] == (pytest.approx(ratio) if ratio else None)
+
+
+def test_time_to_accuracy_target_is_not_measured_without_a_race():
+    assert benchmark.race_target(None)["met"] is None
+
+
+def test_racers_are_the_faster_hvd_launcher_and_the_fastest_peer_at_batch_100():
+    configs = benchmark.cpu_configs()
+    rates = {"hvd_np2_gloo": 20_000, "hvd_np2_mpirun": 44_000, "peer_mwms": 21_000, "peer_torch_ddp": 27_000}
+    summary = {key: {"100": {"examples_per_sec": {"median": rate}}} for key, rate in rates.items()}
+    racers = benchmark.race_contenders(summary, configs)
+    assert (racers["hvd_mnist"].key, racers["best_peer"].key) == ("hvd_np2_mpirun", "peer_torch_ddp")
+    assert benchmark.race_contenders({}, configs) == {"hvd_mnist": None, "best_peer": None}
+    assert not benchmark.race_possible([c for c in configs if c.key in ("floor", "peer_torch_ddp")])

@@ -26,10 +26,15 @@ def sgd_update(variables: list[tf.Variable], grads: list[tf.Tensor], lr: tf.Tens
         var.assign_sub(lr * grad)
 
 
-def test_accuracy(model: MLP, images: np.ndarray, labels: np.ndarray) -> float:
-    """Share of correct argmax predictions on the whole test set (eager)."""
+def num_correct(model: MLP, images: np.ndarray, labels: np.ndarray) -> int:
+    """Correct argmax predictions on uint8 images (eager, one batch)."""
     logits = model(tf.constant(images.astype(np.float32) / 255.0))
-    return float(np.mean(np.argmax(logits.numpy(), axis=1) == labels))
+    return int(np.sum(np.argmax(logits.numpy(), axis=1) == labels))
+
+
+def test_accuracy(model: MLP, images: np.ndarray, labels: np.ndarray) -> float:
+    """Share of correct argmax predictions on the whole test set."""
+    return num_correct(model, images, labels) / len(labels)
 
 
 def set_threads(threads: int) -> None:

@@ -3,17 +3,20 @@
 The process group meets through a file store beside the result file and Gloo talks over the loopback
 interface only (GLOO_SOCKET_IFNAME=lo, set by the benchmark). Each worker holds its shard (every size-th
 example from its rank) in memory, draws a fresh permutation per epoch, slices batches, and runs
-forward, backward (DDP all-reduces the gradient buckets) and torch.optim.SGD.
+forward, backward (DDP all-reduces the gradient buckets) and torch.optim.SGD. With --eval-every and
+--target-accuracy it stops once the validation accuracy (its weights as they are: it keeps no moving average)
+reaches the target (common.TargetRace; the counts are summed with dist.all_reduce).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from common import HIDDEN, INIT_STDDEV, LocalWorld, StepTimer, load_npz, parse_args, write_throughput
+from common import HIDDEN, INIT_STDDEV, LocalWorld, StepTimer, TargetRace, load_npz, parse_args, write_throughput
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -38,11 +41,22 @@ def batches(images: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: i
             yield images[index].float().div_(255.0), labels[index]
 
 
-def test_accuracy(model: nn.Module, path: str) -> float:
-    images, labels = load_npz(path)
+def num_correct(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> int:
+    """Correct argmax predictions on uint8 images, in one forward pass without the autograd graph."""
     with torch.no_grad():
         logits = model(torch.from_numpy(images).float().div_(255.0))
-    return float(np.mean(logits.argmax(dim=1).numpy() == labels))
+    return int((logits.argmax(dim=1) == torch.from_numpy(labels)).sum())
+
+
+def test_accuracy(model: nn.Module, path: str) -> float:
+    images, labels = load_npz(path)
+    return num_correct(model, images, labels) / len(labels)
+
+
+def sum_over_ranks(values: list[float]) -> list[float]:
+    total = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(total)
+    return total.tolist()
 
 
 def main() -> None:
@@ -60,6 +74,8 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     timer = StepTimer(args.warmup_steps)
+    race = TargetRace.from_args(args, world.rank, world.size)
+    correct = functools.partial(num_correct, model.module)
     stream = batches(*shard, args.batch_size, world.rank)
     for _ in range(args.steps):
         batch_images, batch_labels = next(stream)
@@ -68,10 +84,12 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         timer.tick()
+        if race.due(timer.steps) and race.reaches_target(timer.steps, correct, sum_over_ranks):
+            break
     float(loss.detach())
     if world.rank == 0:
         accuracy = test_accuracy(model.module, args.test_data) if args.test_data else None
-        write_throughput(args.out, timer, args.batch_size * world.size, test_accuracy=accuracy,
+        write_throughput(args.out, timer, args.batch_size * world.size, race, test_accuracy=accuracy,
                          workers=world.size, torch_threads=torch.get_num_threads())
     dist.barrier()  # rank 1 must not tear Gloo down while rank 0 still evaluates (seen: abort at exit)
     dist.destroy_process_group()
