@@ -26,6 +26,7 @@ from hvd_mnist.faults import maybe_fault, planned_step
 from hvd_mnist.guard import CollectiveGuard
 from hvd_mnist.replica import Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
+from hvd_mnist.rundir import ELASTIC_CLAIM_WAIT_S, claim
 from hvd_mnist.startup import phase_done, phases, seconds_since_process_start
 from hvd_mnist.stopping import StopSignal
 from hvd_mnist.writes import writing
@@ -287,6 +288,8 @@ class TrainingLoop:
         def run(state: VariablesState) -> RunResult:
             # After Horovod's sync, so that a worker that just joined rescales from rank 0's state.
             self.world = self.world.refreshed()
+            if self.world.is_chief:  # a survivor that became rank 0 takes over the run directory's lock
+                claim(self.run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)
             self.replica.set_world_size(self.world.size)
             self.elastic = state
             return self._run()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
+import logging
 import os
 import shutil
 import socket
@@ -16,6 +19,9 @@ DEFAULT_ROOT = Path("runs")
 # Checkpoints (kept ones plus the one being written), events and the export of the largest model fit in this.
 MIN_FREE_BYTES = 256 * 2**20
 LOCK_FILE = ".lock"
+LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+ELASTIC_CLAIM_WAIT_S = 10.0
+log = logging.getLogger("hvd_mnist")
 _claimed: dict[Path, int] = {}  # run directory -> its locked descriptor, held until this process exits
 
 
@@ -29,8 +35,9 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     run_dir = Path(config.output_dir) if config.output_dir is not None else default_run_dir()
     config_file = run_dir / "config.json"
     if config.elastic and config_file.is_file() and config_file.read_text() == config.to_json() + "\n":
-        return run_dir  # a worker (re)joining this elastic job as rank 0
-    if (run_dir / LOCK_FILE).exists():
+        claim(run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)  # a worker (re)joining this elastic job as rank 0
+        return run_dir
+    if run_dir.is_dir():
         claim(run_dir)  # a run still going holds it: stop before anything in it is replaced or resumed
     if config.resume:
         if not (run_dir / "checkpoints").is_dir():
@@ -40,9 +47,9 @@ def prepare_run_dir(config: TrainConfig) -> Path:
     elif run_dir.exists() and any(path.name != LOCK_FILE for path in run_dir.iterdir()):
         if not config.overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to replace it")
-        shutil.rmtree(run_dir)
-        if (fd := _claimed.pop(run_dir.resolve(), None)) is not None:
-            os.close(fd)  # its lock file went with the old run; claimed again below
+        for path in run_dir.iterdir():  # all but the lock this process holds
+            if path.name != LOCK_FILE:
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         claim(run_dir)
@@ -66,24 +73,45 @@ def claimed_run_dir() -> Path | None:
     return next(iter(_claimed), None)
 
 
-def claim(run_dir: Path) -> None:
+def claim(run_dir: Path, wait_s: float = 0.0) -> None:
     """Hold an exclusive lock on the run directory for the life of this process, so that a second run pointed
     at it (a double submit, a retry while the first still runs) stops at once instead of replacing or
-    interleaving the first's files. The kernel drops the lock when the process ends, however it ends."""
+    interleaving the first's files. The kernel drops the lock when the process ends, however it ends.
+
+    `wait_s`: how long to wait for a holder that is ending (elastic: the rank 0 that was just lost). A file
+    system without locks (NFS without lockd, Lustre without flock) gets a warning, not a failed run.
+    """
     key = run_dir.resolve()
     if key in _claimed:
         return
+    lock = run_dir / LOCK_FILE
     try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:
+            fd = os.open(lock, os.O_RDONLY)  # a shared run directory's lock made by another user: flock works
     except OSError as err:
         raise UserError(f"cannot write to the output directory {run_dir}: {err.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise UserError(f"{run_dir} is in use by a run still going ({holder}); wait for it or stop it, or choose "
-                        "another --output-dir") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{socket.gethostname()}, pid {os.getpid()}".encode(), 0)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(f"{run_dir} is in use by a run still going ({holder}); wait for it or stop it, or "
+                            "choose another --output-dir") from None
+        except OSError as err:
+            if err.errno not in LOCKLESS_ERRNOS:
+                raise
+            log.warning("cannot lock %s (%s): a second run pointed at this directory will not be stopped", lock,
+                        err.strerror)
+            break
+    with contextlib.suppress(OSError):  # who holds it, for the second run's message; optional
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{socket.gethostname()}, pid {os.getpid()}".encode(), 0)
     _claimed[key] = fd
