@@ -45,15 +45,25 @@ class Crashed(RunEnded):
 
 
 def crashed(error: BaseException, directory: Path | None) -> Crashed:
-    """Write the traceback of `error` to a file in `directory` (the run directory on rank 0; the temp directory
-    where there is none) and return the one line that points to it; the console never gets the traceback."""
-    folder = directory if directory is not None and directory.is_dir() else Path(tempfile.gettempdir())
-    path = folder / f"crash-{socket.gethostname()}-{os.getpid()}.log"
+    """Write the traceback of `error` to a new file in `directory` (the run directory on rank 0), or to a new
+    temporary file where there is none or it cannot be written, and return the one line that points to it;
+    the console never gets the traceback, even when no file can be written (a full disk)."""
     text = "".join(traceback.format_exception(error))
-    try:
-        path.write_text(text)
-    except OSError:
-        path = Path(tempfile.mkstemp(prefix="hvd-mnist-crash-", suffix=".log")[1])
-        path.write_text(text)
     summary = " ".join(str(error).split())[:300] or "no message"
-    return Crashed(f"unexpected {type(error).__name__}: {summary} (traceback in {path})")
+    name = f"crash-{socket.gethostname()}-{os.getpid()}"
+    try:
+        try:
+            if directory is None or not directory.is_dir():
+                raise FileNotFoundError(directory)
+            path = directory / f"{name}.log"
+            with open(path, "x") as file:  # never through a link someone left in its place
+                file.write(text)
+        except OSError:
+            handle, temporary = tempfile.mkstemp(prefix=f"hvd-mnist-{name}-", suffix=".log")
+            path = Path(temporary)
+            with os.fdopen(handle, "w") as file:
+                file.write(text)
+        where = f"traceback in {path}"
+    except OSError as err:
+        where = f"its traceback could not be saved: {err.strerror or err}"
+    return Crashed(f"unexpected {type(error).__name__}: {summary} ({where})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -299,7 +300,7 @@ def test_an_unexpected_exception_ends_every_rank_with_one_line_and_its_traceback
     assert len(lines) == 2 and "Traceback" not in proc.stdout + proc.stderr, lines
     cause = "unexpected ZeroDivisionError: HVD_MNIST_FAULT: injected failure at step 30 (traceback in "
     rank1 = next(line for line in lines if "rank 1 failed" not in line)
-    assert rank1.startswith(f"hvd-mnist: error: {cause}{tmp_path}/crash-")
+    assert rank1.startswith(f"hvd-mnist: error: {cause}{tmp_path}/hvd-mnist-crash-")
     crash_log = Path(rank1.split("(traceback in ")[1].rstrip(")"))
     assert "Traceback (most recent call last)" in crash_log.read_text()
     rank0 = next(line for line in lines if "rank 1 failed" in line)
@@ -310,8 +311,10 @@ def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
     """A double submit: the second run, even with --overwrite or --resume, ends in one line naming the first's
     host and pid, and the first goes on untouched until it is stopped."""
     run_dir = tmp_path / "run"
-    first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir)),
-                             env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "first.log"
+    with log.open("w") as out:  # a file, not a pipe that nobody reads while the second runs go
+        first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir",
+                                                 str(run_dir)), env=launcher_env(), stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and latest_step(run_dir) is None:
@@ -321,14 +324,16 @@ def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
                                  check=False)
             assert second.returncode == 2
             lines = error_lines(second)
-            assert lines and all(f"{run_dir} is in use by a run still going (" in line for line in lines), lines
-            assert f"pid {first.pid}" not in lines[0]  # the holder is rank 0, not the launcher
+            holder = f"{socket.gethostname()}, pid {_rank_pid(str(run_dir), 0)}"  # rank 0, not the launcher
+            assert lines and all(f"{run_dir} is in use by a run still going ({holder})" in line for line in lines), \
+                lines
         assert first.poll() is None
         first.send_signal(signal.SIGTERM)  # mpirun passes it on: the ranks stop together, with a checkpoint
-        output, _ = first.communicate(timeout=120)
+        first.wait(timeout=120)
     finally:
         first.kill()
         first.wait()
+    output = log.read_text()
     assert "hvd-mnist: stopped: SIGTERM at step" in output, output[-3000:]
     events = read_metrics(run_dir)
     assert [e["event"] for e in events].count("start") == 1 and events[-1]["event"] == "stopped"
@@ -346,9 +351,14 @@ def test_ranks_orphaned_by_a_killed_launcher_stop_together_with_a_checkpoint(tmp
     launcher.kill()
     launcher.wait()
     killed = time.monotonic()
-    while time.monotonic() - killed < 60 and (_rank_pid(str(run_dir), 0) or _rank_pid(str(run_dir), 1)):
-        time.sleep(0.2)
-    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None, "orphaned ranks still run"
+    try:
+        while time.monotonic() - killed < 60 and (_rank_pid(str(run_dir), 0) or _rank_pid(str(run_dir), 1)):
+            time.sleep(0.2)
+        assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None, "orphaned ranks still run"
+    finally:  # never leave them training on the machine's cores for the rest of the suite
+        for rank in (0, 1):
+            if pid := _rank_pid(str(run_dir), rank):
+                os.kill(pid, signal.SIGKILL)
     assert time.monotonic() - killed < 30
     stopped = read_metrics(run_dir)[-1]
     assert stopped["event"] == "stopped" and stopped["reason"].startswith("the launcher is gone")
