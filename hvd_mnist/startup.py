@@ -8,6 +8,9 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+# The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
+LAUNCHER_PID = os.getppid()
+
 
 @contextlib.contextmanager
 def _native_stderr_held_back() -> Iterator[None]:

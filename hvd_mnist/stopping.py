@@ -8,6 +8,8 @@ import signal
 import threading
 from types import FrameType
 
+from hvd_mnist.startup import LAUNCHER_PID
+
 LAUNCHER_POLL_S = 1.0
 
 
@@ -32,7 +34,7 @@ class StopSignal:
         for signum in self.SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
         if watch_launcher and self._launcher is None:
-            self._launcher = os.getppid()
+            self._launcher = LAUNCHER_PID
             self._unwatched.clear()
             threading.Thread(target=self._watch, name="hvd-mnist-launcher-watch", daemon=True).start()
 
