@@ -16,6 +16,7 @@ BIN = Path(sys.executable).parent
 TIMEOUT = 300
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k have deselected: a run without the container tests builds nothing
 def pytest_collection_modifyitems(session, config, items) -> None:
     """test_containers.py runs last, and the image it needs starts building now, in the background."""
     containers = [item for item in items if item.path.name == "test_containers.py"]

@@ -4,8 +4,10 @@ overlap the rest of the suite instead of adding to it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -36,15 +38,16 @@ class ImageBuild:
     """scripts/build_images.sh running in the background; `wait` returns its exit status and output."""
 
     def __init__(self, engine_name: str) -> None:
-        command = ["nice", "-n", "19", "bash", str(ROOT / "scripts" / "build_images.sh"), "--engine", engine_name,
-                   "--tag", TAG]
+        command = ["nice", "-n", "19", "ionice", "-c", "3", "bash", str(ROOT / "scripts" / "build_images.sh"),
+                   "--engine", engine_name, "--tag", TAG]
         if HOST_CA_BUNDLE.exists():  # test builds only: pip behind this machine's TLS-inspecting proxy
             command += ["--ca-bundle", str(HOST_CA_BUNDLE)]
         handle, path = tempfile.mkstemp(prefix="hvd-mnist-image-build-", suffix=".log")
         os.close(handle)
         self.log = Path(path)
         with self.log.open("w") as log:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=engine_env())
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=engine_env(),
+                                            start_new_session=True)  # its own group: stop() ends all of it
 
     def wait(self, timeout: float) -> tuple[int, str, str]:
         """(exit status, the image names it printed, the tail of its log)."""
@@ -52,9 +55,10 @@ class ImageBuild:
         return self.process.returncode, stdout, self.log.read_text(errors="replace")[-5000:]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        """End the build script and everything it started (the engine's build, its compilers)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
         self.log.unlink(missing_ok=True)
 
 
