@@ -49,6 +49,7 @@ patch_line() {  # patch_line FILE OLD NEW: replace the one line OLD of FILE with
   found="$(grep -cxF -- "$2" "$file" || true)"
   ((found == 1)) || fail "$1 holds the line to patch $found times, expected once: $2"
   awk -v old="$2" -v new="$3" '$0 == old { if (new != "") print new; next } { print }' "$file" > "$file.patched"
+  ! cmp -s "$file" "$file.patched" || fail "$1 is unchanged by the patch of: $2"
   mv "$file.patched" "$file"
   (($(grep -cxF -- "$2" "$file" || true) == $(printf '%b\n' "$3" | grep -cxF -- "$2" || true))) \
     || fail "$1 still holds the patched line"  # (once more where the new text ends with it: an insertion)
