@@ -18,7 +18,7 @@ ENV_VAR = "HVD_MNIST_FAULT"
 
 def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
     point, *fields = spec.split(":")
-    values = dict(field.split("=", 1) for field in fields if "=" in field)
+    values = dict(field.split("=", 1) if "=" in field else (field, "") for field in fields)  # `raise`: a flag
     rank = int(values["rank"]) if "rank" in values else None
     return point, rank, int(values["step"]), values
 
@@ -37,12 +37,11 @@ def maybe_fault(point: str, rank: int, step: int) -> None:
     if planned_step(point, rank) != step:
         return
     values = _parse(os.environ[ENV_VAR])[3]
-    fields = os.environ[ENV_VAR].split(":")
     if "once" in values:
         try:
             os.close(os.open(values["once"], os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return
-    if "raise" in fields:
+    if "raise" in values:
         raise ZeroDivisionError(f"{ENV_VAR}: injected failure at step {step}")
     os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])
