@@ -27,14 +27,13 @@ class StopSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous = {}
-        self._launcher: int | None = None
         self._unwatched = threading.Event()
+        self._unwatched.set()  # set: no watch thread runs
 
     def install(self, watch_launcher: bool) -> None:
         for signum in self.SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
-        if watch_launcher and self._launcher is None:
-            self._launcher = LAUNCHER_PID
+        if watch_launcher and self._unwatched.is_set():
             self._unwatched.clear()
             threading.Thread(target=self._watch, name="hvd-mnist-launcher-watch", daemon=True).start()
 
@@ -43,16 +42,14 @@ class StopSignal:
             signal.signal(signum, handler)
         self._previous.clear()
         self._unwatched.set()
-        self._launcher = None
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.signum = signum
         signal.signal(signum, signal.SIG_DFL)
 
     def _watch(self) -> None:
-        launcher = self._launcher
         while not self._unwatched.wait(LAUNCHER_POLL_S):
-            if os.getppid() != launcher:  # re-parented: the process that started this rank is gone
+            if os.getppid() != LAUNCHER_PID:  # re-parented: the process that started this rank is gone
                 self.signum = self.signum or signal.SIGHUP
                 return
 
