@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from hvd_mnist.errors import UserError
+from hvd_mnist.errors import UserError, first_line
 
 log = logging.getLogger("hvd_mnist")
 BEST_DIR = "best"
@@ -136,9 +136,3 @@ def candidates(directory: Path) -> list[str]:
 def step_of(path: str) -> int:
     found = re.search(r"-(\d+)$", path)
     return int(found[1]) if found else -1
-
-
-def first_line(err: BaseException) -> str:
-    """An exception's first line, without TensorFlow's {{function_node ...}} prefix."""
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(err)).strip()
-    return text.splitlines()[0] if text else type(err).__name__

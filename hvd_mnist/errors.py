@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
 import traceback
@@ -67,3 +68,9 @@ def crashed(error: BaseException, directory: Path | None) -> Crashed:
     except OSError as err:
         where = f"its traceback could not be saved: {err.strerror or err}"
     return Crashed(f"unexpected {type(error).__name__}: {summary} ({where})")
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's first line, without TensorFlow's {{function_node ...}} prefix (or its type, if empty)."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(err)).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from hvd_mnist.errors import WriteFailed
+from hvd_mnist.errors import WriteFailed, first_line
 
 # The causes a user can act on, found by their text in TensorFlow's messages (which carry no errno).
 CAUSES = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
@@ -26,7 +26,7 @@ def cause_of(err: BaseException) -> str:
     for cause in CAUSES:
         if cause.lower() in text.lower():
             return cause
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first_line(err)
 
 
 @contextlib.contextmanager
