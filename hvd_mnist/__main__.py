@@ -1,7 +1,5 @@
 """`python -m hvd_mnist`: the trainer's command line."""
 
-import sys
+from hvd_mnist.cli import run
 
-from hvd_mnist.cli import main
-
-sys.exit(main())
+run()

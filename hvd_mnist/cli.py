@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from hvd_mnist.config import CLASSIC, EXPORTS, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
@@ -153,3 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hvd-mnist: error: {crashed(err, claimed_run_dir())}", file=sys.stderr)
         return 1
     return 0
+
+
+def run() -> NoReturn:
+    """The `hvd-mnist` command and `python -m hvd_mnist`: main(), then a quick exit (startup.end_process)."""
+    from hvd_mnist.startup import end_process
+
+    end_process(main())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from typing import NoReturn
 
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
 LAUNCHER_PID = os.getppid()
@@ -42,6 +44,24 @@ def import_tensorflow_quietly() -> None:
     with _native_stderr_held_back():
         import horovod.tensorflow  # noqa: F401
         import tensorflow  # noqa: F401
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit with `code`, skipping the interpreter's teardown once TensorFlow is loaded.
+
+    Unloading TensorFlow's modules and objects took 1.2-1.4 s of every run's wall time here, after the last
+    file was written. The exit handlers still run (logging's flush, Horovod's shutdown, TensorFlow's clean-up
+    of its temporary files), and MPI is finalized as mpirun expects; then the process ends at once.
+    """
+    if "tensorflow" not in sys.modules:
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what sys.exit would run first; os._exit skips the rest of the teardown
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def seconds_since_process_start() -> float:
