@@ -19,7 +19,7 @@ class ServingModel(tf.Module):
         super().__init__(name="serving_model")
         self.model = model
 
-    @tf.function(input_signature=[tf.TensorSpec([None, NUM_PIXELS], tf.float32, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None, NUM_PIXELS], tf.float32, name="images")], autograph=False)
     def serve(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = self.model(images)
         return {"classes": tf.argmax(logits, axis=1), "probabilities": tf.nn.softmax(logits)}
