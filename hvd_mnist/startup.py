@@ -41,9 +41,27 @@ def import_tensorflow_quietly() -> None:
     """
     if "tensorflow" in sys.modules:
         return
-    with _native_stderr_held_back():
+    with _native_stderr_held_back(), _hidden("matplotlib"):
         import horovod.tensorflow  # noqa: F401
         import tensorflow  # noqa: F401
+
+
+@contextlib.contextmanager
+def _hidden(module: str) -> Iterator[None]:
+    """Make `module` unimportable within the block, unless it is already loaded.
+
+    TensorFlow 2.21 loads all of Keras at import, and Keras loads matplotlib.pyplot if it is installed
+    (as it is with the benchmark's and `hvd-mnist plot`'s extras): 0.45 s per rank, for plotting helpers
+    nobody here calls. Keras takes an ImportError as "no matplotlib"; later imports work as usual.
+    """
+    if module in sys.modules:
+        yield
+        return
+    sys.modules[module] = None  # type: ignore[assignment]  # the import system's "not importable" marker
+    try:
+        yield
+    finally:
+        del sys.modules[module]
 
 
 def end_process(code: int) -> NoReturn:
