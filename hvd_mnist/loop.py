@@ -126,7 +126,8 @@ class TrainingLoop:
         step, loss = start_step, math.nan
         while step < config.steps:
             with self.guard.guarded(step, "training"):
-                metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64))
+                metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64),
+                                              across_ranks=self.world.size > 1)
             ran = int(metrics["steps"])
             if step == start_step:
                 phase_done("first_call")  # mostly tracing the compiled steps
