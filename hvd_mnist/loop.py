@@ -16,7 +16,7 @@ from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrup
 from hvd_mnist.cadence import Cadence
 from hvd_mnist.checkpointing import BEST_DIR, Checkpoints
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.data.pipeline import train_dataset
+from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.distribution import World, on_chief
 from hvd_mnist.elastic import VariablesState
@@ -24,7 +24,7 @@ from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed, cr
 from hvd_mnist.export import export_checkpoint, export_model
 from hvd_mnist.faults import maybe_fault, planned_step
 from hvd_mnist.guard import CollectiveGuard
-from hvd_mnist.replica import Replica
+from hvd_mnist.replica import Evaluation, Replica
 from hvd_mnist.reporting import Reporter, Throughput, configure_logging
 from hvd_mnist.rundir import ELASTIC_CLAIM_WAIT_S, claim
 from hvd_mnist.startup import phase_done, phases, seconds_since_process_start
@@ -66,6 +66,7 @@ class TrainingLoop:
         self.reporter = Reporter(None, enabled=False)
         self.stop = StopSignal()
         self.elastic: VariablesState | None = None
+        self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
 
     # --- the story ---------------------------------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class TrainingLoop:
         accuracy = None
         if self.data.test is not None:
             with self.guard.guarded(step, "the test evaluation"):
-                accuracy = self.replica.evaluate(self.data.test, self.world.rank, self.world.size).accuracy
+                accuracy = self._evaluate_on("test").accuracy
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
             self.reporter.scalars(step, {"test_accuracy": accuracy})
         phase_done("tested")
@@ -205,7 +206,7 @@ class TrainingLoop:
     def _evaluate(self, step: int) -> bool:
         """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
         with self.guard.guarded(step, "the validation"):
-            result = self.replica.evaluate(self.data.validation, self.world.rank, self.world.size)
+            result = self._evaluate_on("validation")
         log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
                  result.accuracy, result.loss, result.examples)
         self.reporter.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)
@@ -224,6 +225,14 @@ class TrainingLoop:
         self.reporter.event("target_reached", step=step, target=target, accuracy=result.accuracy,
                             seconds_since_start=round(seconds, 3))
         return True
+
+    def _evaluate_on(self, split: str) -> Evaluation:
+        """The replica evaluated on this rank's batches of the "validation" or "test" split, made once per world."""
+        key = (split, self.world.rank, self.world.size)
+        if key not in self._eval_batches:
+            self._eval_batches[key] = eval_batches(getattr(self.data, split), self.config.eval_batch_size,
+                                                   self.world.rank, self.world.size)
+        return self.replica.evaluate(self._eval_batches[key], self.world.size)
 
     def _save(self, step: int) -> None:
         """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""

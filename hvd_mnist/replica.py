@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import horovod.tensorflow as hvd
@@ -10,8 +11,7 @@ import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
-from hvd_mnist.data.pipeline import eval_dataset, scale_pixels
-from hvd_mnist.data.sources import Split
+from hvd_mnist.data.pipeline import scale_pixels
 from hvd_mnist.model import build_model, correct_predictions, cross_entropy, regularized_loss
 from hvd_mnist.schedule import MovingAverage, learning_rate
 
@@ -167,11 +167,11 @@ class Replica:
                                  tf.reduce_sum(cross_entropy(logits, labels)),
                                  tf.cast(tf.size(labels), tf.float32)]), tf.float64)
 
-    def evaluate(self, split: Split, rank: int, size: int) -> Evaluation:
-        """The moving-average weights on every rank's shard of `split`, summed over ranks in one collective."""
+    def evaluate(self, batches: Sequence[tuple[tf.Tensor, tf.Tensor]], size: int) -> Evaluation:
+        """The moving-average weights on every rank's batches of a split, summed over ranks in one collective."""
         totals = tf.zeros([3], tf.float64)
         with self.ema.applied(list(self.model.trainable_variables)):
-            for images, labels in eval_dataset(split, self.config.eval_batch_size, rank, size):
+            for images, labels in batches:
                 totals += self._eval_batch(images, labels)
         if size > 1:
             totals = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals")
