@@ -44,12 +44,14 @@ def _index_batches(count: int, batch_size: int, seed: int, shuffle: bool) -> tf.
     repeat().batch() would), and batch k is a function of the seed alone.
     """
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: AutoGraph's conversion only costs start-up time
     def epoch_order(epoch: tf.Tensor) -> tf.Tensor:
         indices = tf.range(count, dtype=tf.int64)
         if not shuffle:
             return indices
         return tf.random.experimental.stateless_shuffle(indices, seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
+    @tf.autograph.experimental.do_not_convert
     def cut(leftover: tf.Tensor, order: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         stream = tf.concat([leftover, order], axis=0)
         whole = tf.size(stream, out_type=tf.int64) // batch_size * batch_size
@@ -78,8 +80,9 @@ def train_dataset(
         raise ValueError(f"rank {rank} of {size} has no training examples ({len(split)} in all)")
     images, labels = tf.constant(mine.images), tf.constant(mine.labels)
     batches = _index_batches(len(mine), batch_size, seed + rank, shuffle).skip(start_step)
-    return batches.map(lambda indices: (tf.gather(images, indices), tf.gather(labels, indices))).prefetch(
-        PREFETCH_BATCHES).with_options(_not_autotuned())
+    gather = tf.autograph.experimental.do_not_convert(lambda indices: (tf.gather(images, indices),
+                                                                       tf.gather(labels, indices)))
+    return batches.map(gather).prefetch(PREFETCH_BATCHES).with_options(_not_autotuned())
 
 
 def eval_batches(split: Split, batch_size: int, rank: int, size: int) -> list[tuple[tf.Tensor, tf.Tensor]]:
