@@ -100,9 +100,13 @@ class Checkpoints:
 
     def _try(self, path: str) -> str | None:
         """Restore `path` into the tracked objects; None if it worked, else what is wrong with the files."""
+        status = None
         try:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            status = self.checkpoint.restore(path)
+            status.assert_existing_objects_matched()
         except (AssertionError, ValueError) as err:
+            if status is not None:
+                status.expect_partial()  # said here in one line; TF would repeat it as warnings at exit
             raise UserError(f"--resume: checkpoint {path} does not fit this model: {first_line(err)}") from None
         except Exception as err:  # any other failure to read the files back is damage
             return first_line(err)
