@@ -1,4 +1,4 @@
-"""Process start-up: import TensorFlow without its C++ start-up lines on the console, and time each phase."""
+"""Process start-up and exit: import TensorFlow without its C++ start-up lines, time each phase, end quickly."""
 
 from __future__ import annotations
 
