@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS
 from hvd_mnist.data.sources import Split, check_labels
-from hvd_mnist.errors import UserError
+from hvd_mnist.errors import UserError, first_line
 
 PARSE_BATCH = 1024
 FEATURES = {
@@ -83,7 +83,7 @@ def describe_data_error(err: tf.errors.OpError) -> str:
     found = re.search(r"assertion failed: \[([^\]]*)\]", err.message)
     if found:
         return found.group(1)
-    return re.sub(r"\{\{[^}]*\}\}\s*", "", err.message).strip().splitlines()[0]
+    return first_line(err)
 
 
 def read_records(files: Sequence[str | Path]) -> Split:
