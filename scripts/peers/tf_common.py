@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from common import scaled
 
 from hvd_mnist.model import MLP
 
@@ -28,7 +29,7 @@ def sgd_update(variables: list[tf.Variable], grads: list[tf.Tensor], lr: tf.Tens
 
 def num_correct(model: MLP, images: np.ndarray, labels: np.ndarray) -> int:
     """Correct argmax predictions on uint8 images (eager, one batch)."""
-    logits = model(tf.constant(images.astype(np.float32) / 255.0))
+    logits = model(tf.constant(scaled(images)))
     return int(np.sum(np.argmax(logits.numpy(), axis=1) == labels))
 
 
