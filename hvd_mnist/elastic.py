@@ -5,6 +5,7 @@ from __future__ import annotations
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.elastic import ObjectState
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
 class VariablesState(ObjectState):
@@ -36,3 +37,17 @@ class VariablesState(ObjectState):
         hvd.broadcast_variables(self.variables, root_rank=0)
         self._values = self._read()
         super().sync()
+
+
+def elastic_signal(err: BaseException) -> BaseException | None:
+    """What to raise to Horovod Elastic for `err`, so that it rolls back and goes on; None if `err` is not its.
+
+    A failed Horovod op becomes HorovodInternalError here: hvd.elastic.run only converts an UnknownError whose
+    message names HorovodAllreduce, HorovodAllgather or HorovodBroadcast, and returns None for any other
+    (HorovodGroupedAllreduce's among them), which would end the run as if it had finished.
+    """
+    if isinstance(err, (HorovodInternalError, HostsUpdatedInterrupt)):
+        return err
+    if isinstance(err, tf.errors.OpError) and "Horovod" in str(err):
+        return HorovodInternalError(err)
+    return None

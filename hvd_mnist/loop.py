@@ -11,7 +11,6 @@ from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from hvd_mnist.cadence import Cadence
 from hvd_mnist.checkpointing import BEST_DIR, Checkpoints
@@ -19,7 +18,7 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.distribution import World, on_chief
-from hvd_mnist.elastic import VariablesState
+from hvd_mnist.elastic import VariablesState, elastic_signal
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed, crashed
 from hvd_mnist.export import export_checkpoint, export_model
 from hvd_mnist.faults import maybe_fault, planned_step
@@ -32,8 +31,6 @@ from hvd_mnist.stopping import StopSignal
 from hvd_mnist.writes import writing
 
 log = logging.getLogger("hvd_mnist")
-# What a failed collective raises in an elastic run: Horovod Elastic handles these itself.
-ELASTIC_SIGNALS = (tf.errors.OpError, HorovodInternalError, HostsUpdatedInterrupt)
 REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes
 
 
@@ -104,8 +101,8 @@ class TrainingLoop:
             self.guard.state(err)
             raise
         except Exception as err:
-            if self.elastic is not None and isinstance(err, ELASTIC_SIGNALS):
-                raise  # Horovod Elastic's own: it rolls back and goes on with the ranks it has
+            if self.elastic is not None and (signal := elastic_signal(err)) is not None:
+                raise signal from None  # Horovod Elastic's own: it rolls back and goes on with the ranks it has
             ended = crashed(err, self.run_dir if self.world.is_chief else None)
             self.guard.state(ended)  # the others repeat this rank's cause instead of "a worker died"
             raise ended from None
