@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with four small patches: one that current
-# TensorFlow needs, two for a quiet console, one for a faster launch. scripts/setup_env.sh and both Dockerfiles
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with five small patches: one that current
+# TensorFlow needs, two for a quiet console, one for a faster launch, one for faster steps. scripts/setup_env.sh and both Dockerfiles
 # call this, so the three builds cannot drift apart.
 #
 #   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
@@ -18,6 +18,10 @@
 # 4. horovod/common/util.py answers horovodrun's "built with MPI / Gloo?" probes by loading Horovod's TensorFlow
 #    library with TensorFlow's two shared libraries, instead of importing TensorFlow's Python in a forked child
 #    per probe (2-3 s each, before any worker starts); on any failure it falls back to the import.
+# 5. horovod/common/tensor_queue.{h,cc} and operations.cc (five lines): a rank's background thread with nothing
+#    queued waits for its next tensor (10 ms at most) instead of meeting the other ranks every 1 ms cycle, and
+#    the tensor that ends the wait starts a cycle at once. Under Gloo those idle meetings took the compute cores
+#    and held each allreduce back up to a cycle: 0.71-0.84x PyTorch DDP at batch 100 before, 0.97-1.17x after.
 # Horovod 0.28.1's vendored flatbuffers and some of its headers do not compile with GCC 13 or newer (Debian
 # 13's default is GCC 14); where the default g++ is that new, the build uses g++-12 (CXX overrides).
 set -euo pipefail
@@ -63,6 +67,15 @@ patch_line horovod/common/util.py "            ext = importlib.import_module('.'
   "            ext = _tensorflow_library() if ext_base_name == 'tensorflow' and fn_desc in ('built with MPI', 'built with Gloo') else None\n            ext = ext or importlib.import_module('.' + ext_base_name, 'horovod')"
 patch_line horovod/common/util.py "def extension_available(ext_base_name, verbose=False):" \
   "def _tensorflow_library():\n    # hvd_mnist: Horovod's TensorFlow library without importing TensorFlow's Python; None if that fails.\n    try:\n        import ctypes, importlib.util\n        from horovod.common.basics import HorovodBasics\n        tf_dir = os.path.dirname(importlib.util.find_spec('tensorflow').origin)\n        for lib in ('libtensorflow_framework.so.2', 'libtensorflow_cc.so.2'):\n            ctypes.CDLL(os.path.join(tf_dir, lib), mode=ctypes.RTLD_GLOBAL)\n        return HorovodBasics(os.path.join(os.path.dirname(os.path.dirname(__file__)), 'tensorflow', '__init__.py'), 'mpi_lib')\n    except Exception:\n        return None\n\n\ndef extension_available(ext_base_name, verbose=False):"
+patch_line horovod/common/tensor_queue.h "#include <mutex>" "#include <condition_variable>\n#include <mutex>"
+patch_line horovod/common/tensor_queue.h "  void RemoveJoinTensor();" \
+  "  void RemoveJoinTensor();\n\n  // hvd_mnist: wait while nothing is queued, until stop() or the timeout; true if the queue was empty.\n  template <class Stop> bool WaitForMessages(std::chrono::milliseconds timeout, Stop stop) {\n    std::unique_lock<std::mutex> lock(mutex_);\n    if (!message_queue_.empty()) return false;\n    queued_.wait_for(lock, timeout, [&] { return !message_queue_.empty() || stop(); });\n    return true;\n  }\n  std::condition_variable queued_;"
+patch_line horovod/common/tensor_queue.cc "  tensor_table_.emplace(e.tensor_name, std::move(e));" \
+  "  tensor_table_.emplace(e.tensor_name, std::move(e));\n  queued_.notify_one();"
+patch_line horovod/common/tensor_queue.cc "    tensor_table_.emplace(entries[i].tensor_name, std::move(entries[i]));" \
+  "    tensor_table_.emplace(entries[i].tensor_name, std::move(entries[i]));\n    queued_.notify_one();"
+patch_line horovod/common/operations.cc "  // This delay determines thread frequency and communication message latency" \
+  "  // hvd_mnist: while this rank has nothing to send, wait for it (10 ms at most) instead of meeting the other\n  // ranks every cycle, then start the cycle at once.\n  auto& first_set = state.process_set_table.Get(0);\n  if (!state.dynamic_process_sets && state.process_set_table.Ids().size() == 1 && !first_set.joined &&\n      first_set.tensor_queue.WaitForMessages(std::chrono::milliseconds(10), [&state] { return state.shut_down.load(); })) {\n    state.last_cycle_start = std::chrono::steady_clock::time_point();\n  }\n  // This delay determines thread frequency and communication message latency"
 patch_line horovod/runner/launch.py "    _run(args)" \
   "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
 
