@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.elastic import ObjectState
@@ -12,12 +14,14 @@ class VariablesState(ObjectState):
     """Commit = copy the variables' values; restore = put them back; sync = broadcast rank 0's.
 
     Horovod's own TensorFlowState broadcasts only once, in its constructor, when running eagerly, so
-    a worker that joins later would keep its fresh initialization; this state broadcasts on every sync.
+    a worker that joins later would keep its fresh initialization; this state broadcasts on every sync,
+    with `broadcast` (the replica's own broadcast of these variables from rank 0).
     Its constructor runs no collective, so late joiners can build it before `hvd.elastic.run`.
     """
 
-    def __init__(self, variables: list[tf.Variable]) -> None:
+    def __init__(self, variables: list[tf.Variable], broadcast: Callable[[], None]) -> None:
         self.variables = variables
+        self._broadcast = broadcast
         self._values = self._read()
         super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank)
 
@@ -34,7 +38,7 @@ class VariablesState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
-        hvd.broadcast_variables(self.variables, root_rank=0)
+        self._broadcast()
         self._values = self._read()
         super().sync()
 

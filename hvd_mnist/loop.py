@@ -283,7 +283,7 @@ class TrainingLoop:
         """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
         if self.config.restores and self.world.is_chief:  # the first sync gives every rank rank 0's state
             log.info("resumed from %s", self.checkpoints.restore_newest_intact(self.config.resume_from))
-        state = VariablesState(self.replica.synced_variables)
+        state = VariablesState(self.replica.synced_variables, self.replica.broadcast_from_chief)
 
         def on_reset() -> None:
             log.warning("elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(),
