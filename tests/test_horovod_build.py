@@ -49,20 +49,16 @@ int epoll_wait(int fd, struct epoll_event *events, int max, int timeout) {
 long epoll_wait_calls(void) { return atomic_load(&calls); }
 """
 
-# Two ranks, each bound to a single core (what hvd_mnist does on 2 cores, and where the polling took the core the
+# Two ranks, bound to their cores as hvd_mnist binds them (on 2 cores one each, where the polling took the core the
 # sending thread needed), average a tensor the size of the MLP's gradient ALLREDUCES times, and report how often
 # their event loops polled per allreduce.
 GRADIENT_RANKS = f"""
-import ctypes, os
+import ctypes
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from hvd_mnist.distribution import bind_to_cores
 hvd.init()
-allowed = sorted(os.sched_getaffinity(0))
-for thread in os.listdir("/proc/self/task"):
-    try:
-        os.sched_setaffinity(int(thread), {{allowed[hvd.local_rank() % len(allowed)]}})
-    except ProcessLookupError:  # a thread that ended meanwhile
-        pass
+bind_to_cores(hvd.local_rank(), hvd.local_size())
 calls = ctypes.CDLL(None).epoll_wait_calls
 calls.restype = ctypes.c_long
 gradient = tf.fill([397510], float(hvd.rank() + 1))
