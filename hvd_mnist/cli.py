@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
     try:
         config.validate()
-        from hvd_mnist.startup import import_tensorflow_quietly, phase_done
+        from hvd_mnist.runtime.startup import import_tensorflow_quietly, phase_done
 
         phase_done("python_and_flags")
         import_tensorflow_quietly()  # seconds; only once the flags are known to be good
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code
     except Exception as err:  # not one of ours: its traceback goes to a file, the console gets one line
-        from hvd_mnist.rundir import claimed_run_dir
+        from hvd_mnist.runtime.rundir import claimed_run_dir
 
         print(f"hvd-mnist: error: {crashed(err, claimed_run_dir())}", file=sys.stderr)
         return 1
@@ -158,6 +158,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The `hvd-mnist` command and `python -m hvd_mnist`: main(), then a quick exit (startup.end_process)."""
-    from hvd_mnist.startup import end_process
+    from hvd_mnist.runtime.startup import end_process
 
     end_process(main())

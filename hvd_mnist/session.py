@@ -11,13 +11,13 @@ import horovod.tensorflow as hvd
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
-from hvd_mnist.distribution import on_chief, setup_world
 from hvd_mnist.errors import UserError
-from hvd_mnist.guard import CollectiveGuard
-from hvd_mnist.loop import RunResult, TrainingLoop
-from hvd_mnist.reporting import configure_logging
-from hvd_mnist.rundir import prepare_run_dir
-from hvd_mnist.startup import phase_done
+from hvd_mnist.runtime.distribution import on_chief, setup_world
+from hvd_mnist.runtime.guard import CollectiveGuard
+from hvd_mnist.runtime.rundir import prepare_run_dir
+from hvd_mnist.runtime.startup import phase_done
+from hvd_mnist.train.loop import RunResult, TrainingLoop
+from hvd_mnist.train.reporting import configure_logging
 
 log = logging.getLogger("hvd_mnist")
 TIMELINE_FILE = "timeline.json"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hvd_mnist.cadence import SYNC_EVERY, Cadence
 from hvd_mnist.config import TrainConfig
+from hvd_mnist.train.cadence import SYNC_EVERY, Cadence
 
 
 def pauses(cadence: Cadence) -> list[int]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from hvd_mnist.checkpointing import Checkpoints
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.errors import UserError
-from hvd_mnist.replica import Replica
+from hvd_mnist.train.checkpointing import Checkpoints
+from hvd_mnist.train.replica import Replica
 
 STEPS = (10, 20, 30)
 

@@ -77,7 +77,8 @@ def test_no_flag_is_an_ambiguous_abbreviation_of_a_horovodrun_option():
 
 def test_tensorflow_is_imported_without_matplotlib_which_stays_importable():
     # Keras, loaded by TensorFlow, would import matplotlib.pyplot (0.45 s per rank) for helpers never called.
-    probe = ("import sys; from hvd_mnist.startup import import_tensorflow_quietly; import_tensorflow_quietly(); "
+    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly; "
+             "import_tensorflow_quietly(); "
              "assert 'tensorflow' in sys.modules and 'matplotlib' not in sys.modules, sorted(sys.modules); "
              "import matplotlib.pyplot")
     result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120)

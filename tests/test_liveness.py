@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from hvd_mnist import liveness
-from hvd_mnist.liveness import Heartbeats, Process, Watchdog, describe
+from hvd_mnist.runtime import liveness
+from hvd_mnist.runtime.liveness import Heartbeats, Process, Watchdog, describe
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from hvd_mnist.config import MODELS
-from hvd_mnist.model import MLP, build_model, regularized_loss
-from hvd_mnist.schedule import MovingAverage, ema_decay, learning_rate
+from hvd_mnist.train.model import MLP, build_model, regularized_loss
+from hvd_mnist.train.schedule import MovingAverage, ema_decay, learning_rate
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvd_mnist.startup import seconds_since_process_start
+from hvd_mnist.runtime.startup import seconds_since_process_start
 
 HIDDEN = 500
 INIT_STDDEV = 0.1

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from common import scaled
 
-from hvd_mnist.model import MLP
+from hvd_mnist.train.model import MLP
 
 
 def build_mlp(seed: int = 0) -> MLP:

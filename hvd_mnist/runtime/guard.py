@@ -11,7 +11,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
-from hvd_mnist.liveness import Heartbeats, Watchdog
+from hvd_mnist.runtime.liveness import Heartbeats, Watchdog
 
 log = logging.getLogger("hvd_mnist")
 CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why

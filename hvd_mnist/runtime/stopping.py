@@ -8,7 +8,7 @@ import signal
 import threading
 from types import FrameType
 
-from hvd_mnist.startup import LAUNCHER_PID
+from hvd_mnist.runtime.startup import LAUNCHER_PID
 
 LAUNCHER_POLL_S = 1.0
 

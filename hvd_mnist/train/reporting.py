@@ -10,8 +10,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from hvd_mnist.distribution import World
-from hvd_mnist.writes import writing
+from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.writes import writing
 
 log = logging.getLogger("hvd_mnist")
 METRICS_FILE = "metrics.jsonl"

@@ -12,23 +12,23 @@ from pathlib import Path
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist.cadence import Cadence
-from hvd_mnist.checkpointing import BEST_DIR, Checkpoints
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
-from hvd_mnist.distribution import World, on_chief
-from hvd_mnist.elastic import VariablesState, elastic_signal
 from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed, crashed
-from hvd_mnist.export import export_checkpoint, export_model
-from hvd_mnist.faults import maybe_fault, planned_step
-from hvd_mnist.guard import CollectiveGuard
-from hvd_mnist.replica import Evaluation, Replica
-from hvd_mnist.reporting import Reporter, Throughput, configure_logging
-from hvd_mnist.rundir import ELASTIC_CLAIM_WAIT_S, claim
-from hvd_mnist.startup import phase_done, phases, seconds_since_process_start
-from hvd_mnist.stopping import StopSignal
-from hvd_mnist.writes import writing
+from hvd_mnist.runtime.distribution import World, on_chief
+from hvd_mnist.runtime.elastic import VariablesState, elastic_signal
+from hvd_mnist.runtime.faults import maybe_fault, planned_step
+from hvd_mnist.runtime.guard import CollectiveGuard
+from hvd_mnist.runtime.rundir import ELASTIC_CLAIM_WAIT_S, claim
+from hvd_mnist.runtime.startup import phase_done, phases, seconds_since_process_start
+from hvd_mnist.runtime.stopping import StopSignal
+from hvd_mnist.runtime.writes import writing
+from hvd_mnist.train.cadence import Cadence
+from hvd_mnist.train.checkpointing import BEST_DIR, Checkpoints
+from hvd_mnist.train.export import export_checkpoint, export_model
+from hvd_mnist.train.replica import Evaluation, Replica
+from hvd_mnist.train.reporting import Reporter, Throughput, configure_logging
 
 log = logging.getLogger("hvd_mnist")
 REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
-from hvd_mnist.model import Classifier, build_model
-from hvd_mnist.schedule import MovingAverage
+from hvd_mnist.train.model import Classifier, build_model
+from hvd_mnist.train.schedule import MovingAverage
 
 
 class ServingModel(tf.Module):

@@ -1,0 +1,46 @@
+"""The house's one rule: hvd_mnist.runtime (what keeps a run alive) never imports hvd_mnist.train (what trains)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+RUNTIME = ROOT / "hvd_mnist" / "runtime"
+
+
+def imported_modules(source: str, path: Path) -> set[str]:
+    """Every module that `source` (the text of the file at `path`) imports, at any depth, as absolute names."""
+    names = set()
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the file's package
+                package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-node.level])
+                base = f"{package}.{base}" if base else package
+            names |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def imports_train(names: set[str]) -> list[str]:
+    return sorted(name for name in names if name == "hvd_mnist.train" or name.startswith("hvd_mnist.train."))
+
+
+def test_runtime_never_imports_train():
+    files = sorted(RUNTIME.rglob("*.py"))
+    assert len(files) > 5, f"no runtime modules found under {RUNTIME}"
+    offenders = {str(path.relative_to(ROOT)): imports_train(imported_modules(path.read_text(), path))
+                 for path in files}
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+@pytest.mark.parametrize("source", ["import hvd_mnist.train.loop", "from hvd_mnist.train import replica",
+                                    "from ..train.loop import TrainingLoop",
+                                    "def f():\n    from hvd_mnist import train\n"])
+def test_the_rule_sees_every_kind_of_import(source):
+    """The checker can fail: plain, from-, relative and function-level imports of the training room are seen."""
+    assert imports_train(imported_modules(source, RUNTIME / "probe.py"))
