@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from bench.launching import BIN, launcher_env
+
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "scripts" / "peers"
-BIN = Path(sys.executable).parent
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CORES = os.cpu_count() or 1
 HVD_NP2 = ("hvd_np2_gloo", "hvd_np2_mpirun")  # hvd_mnist np=2 under each launcher
@@ -90,16 +91,6 @@ class Config:
 
 # ---------------------------------------------------------------------------------------------- launching
 
-def launcher_env(gpu: bool) -> dict[str, str]:
-    """Quiet TensorFlow, CPU only (unless --gpu), root allowed in mpirun, Gloo on loopback."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               GLOO_SOCKET_IFNAME="lo", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    if not gpu:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
 def launcher_prefix(launcher: str, np_: int) -> list[str]:
     """argv that starts np_ copies of what follows it."""
     if launcher == "python":
@@ -131,7 +122,7 @@ def launch(plan: Plan, launcher: str, np_: int, argv: list[str], run_dir: Path) 
     log_path = run_dir / "log.txt"
     start = time.perf_counter()
     with log_path.open("w") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=launcher_env(plan.gpu), stdout=log,
+        proc = subprocess.Popen(command, cwd=ROOT, env=launcher_env(plan.gpu, gloo_loopback=True), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=plan.timeout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import image_build
 import numpy as np
 import pytest
+from helpers import launcher_env
 
 BIN = Path(sys.executable).parent
 TIMEOUT = 300
@@ -28,20 +28,6 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 def pytest_sessionfinish(session, exitstatus) -> None:
     if (build := image_build.started()) is not None:
         build.stop()
-
-
-def launcher_env() -> dict[str, str]:
-    """The environment every launched rank gets: quiet TensorFlow, no GPU probing, root allowed in mpirun."""
-    env = dict(os.environ)
-    env.update(
-        CUDA_VISIBLE_DEVICES="",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        OMPI_ALLOW_RUN_AS_ROOT="1",
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        OMPI_MCA_rmaps_base_oversubscribe="1",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
-    return env
 
 
 def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
