@@ -3,28 +3,38 @@ died, the reason a rank gave, the last checkpoint told to everyone, and a stop t
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from helpers import wait_for as wait_for_seconds
 
-from hvd_mnist.runtime import liveness
-from hvd_mnist.runtime.liveness import Heartbeats, Process, Watchdog, describe
+from hvd_mnist.runtime import heartbeats as heartbeats_module
+from hvd_mnist.runtime import transport
+from hvd_mnist.runtime.heartbeats import Heartbeats, describe
+from hvd_mnist.runtime.process import Process, boot_id, start_ticks
+from hvd_mnist.runtime.watchdog import Watchdog
 
 
 @pytest.fixture
 def fast(monkeypatch):
-    monkeypatch.setattr(liveness, "HEARTBEAT_S", 0.05)
-    monkeypatch.setattr(liveness, "SILENT_AFTER_S", 0.5)
+    monkeypatch.setattr(heartbeats_module, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(heartbeats_module, "SILENT_AFTER_S", 0.5)
 
 
 @pytest.fixture
 def ranks(fast):
     """Heartbeats of ranks 0, 1 and 2, connected; all stopped afterwards (each stop within a second)."""
     offers = []
-    chief = Heartbeats(0, 3)
+    chief = Heartbeats.for_rank(0, 3, local_only=True)
     chief.start(lambda offer: offers.append(offer) or offer)
-    others = [Heartbeats(rank, 3) for rank in (1, 2)]
+    others = [Heartbeats.for_rank(rank, 3) for rank in (1, 2)]
     for heartbeats in others:
         heartbeats.start(lambda _offer: offers[0])
     everyone = [chief, *others]
@@ -38,10 +48,7 @@ def ranks(fast):
 
 
 def wait_for(condition, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+    wait_for_seconds(condition, seconds)
 
 
 def test_all_well_means_no_cause(ranks):
@@ -113,5 +120,63 @@ def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
 
 
 def test_a_process_is_killed_only_if_it_is_the_same_one():
-    stale = Process(rank=1, host=Process.this(0).host, boot_id=Process.this(0).boot_id, pid=1, start_ticks=123)
-    assert not stale.kill()  # pid 1 started at another time: not ours to kill
+    """A live child: a record with another start time (its pid reused by a stranger) or from another boot is
+    left alone; the true record kills it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        real = Process(rank=1, host=socket.gethostname(), boot_id=boot_id(), pid=child.pid,
+                       start_ticks=start_ticks(child.pid))
+        assert real.start_ticks > 0
+        stale = dataclasses.replace(real, start_ticks=real.start_ticks - 1)
+        elsewhere = dataclasses.replace(real, boot_id="another-boot")
+        assert not stale.kill() and not elsewhere.kill()
+        assert child.poll() is None
+        assert real.kill()
+        assert child.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait()
+
+
+def closed_by_peer(sock: socket.socket, seconds: float) -> bool:
+    """True if the other side closes `sock` within `seconds` (an orderly close or a reset)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_strangers_cannot_hold_threads_or_connections_without_bound(ranks, monkeypatch):
+    """100 idle connections to rank 0's port: at most MAX_UNAUTHENTICATED get a thread, each closed after the
+    hello timeout, the rest closed at once; the ranks' own heartbeats go on meanwhile."""
+    monkeypatch.setattr(heartbeats_module, "HELLO_TIMEOUT_S", 0.5)
+    chief, _, _ = ranks
+    threads_before = threading.active_count()
+    strangers = [socket.create_connection(("127.0.0.1", chief._listener.port), timeout=5) for _ in range(100)]
+    try:
+        time.sleep(0.2)
+        assert threading.active_count() - threads_before <= transport.MAX_UNAUTHENTICATED
+        assert all(closed_by_peer(sock, seconds=3) for sock in strangers)
+        wait_for(lambda: threading.active_count() <= threads_before)
+        assert [heartbeats.cause() for heartbeats in ranks] == [None, None, None]
+    finally:
+        for sock in strangers:
+            sock.close()
+
+
+def test_a_hello_with_the_wrong_secret_is_closed_and_counts_for_no_rank(ranks):
+    chief, _, _ = ranks
+    with socket.create_connection(("127.0.0.1", chief._listener.port), timeout=5) as sock:
+        sock.sendall(json.dumps({"secret": "0" * 32, "rank": 1, "process": None}).encode() + b"\n")
+        assert closed_by_peer(sock, seconds=3)  # no answer, no view of the run
+    time.sleep(0.3)
+    assert chief.cause() is None  # rank 1's own connection is neither replaced nor counted dead
+    assert sorted(chief._connections) == [1, 2]
+
+
+def test_ranks_on_one_machine_listen_on_loopback_only(ranks):
+    chief, _, _ = ranks
+    assert chief._listener.sock.getsockname()[0] == "127.0.0.1"

@@ -11,7 +11,9 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
-from hvd_mnist.runtime.liveness import Heartbeats, Watchdog
+from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.heartbeats import Heartbeats
+from hvd_mnist.runtime.watchdog import Watchdog
 
 log = logging.getLogger("hvd_mnist")
 CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why
@@ -27,19 +29,17 @@ class CollectiveGuard:
     def __init__(self, timeout: float, elastic: bool) -> None:
         self.timeout = timeout
         self.elastic = elastic
-        self.heartbeats: Heartbeats | None = None
+        self.heartbeats = Heartbeats.for_rank(0, 1)  # alone until a world starts its side channel
         self.watchdog = Watchdog(timeout, self._timed_out)
 
-    def start_heartbeats(self, rank: int, size: int, step: int) -> Heartbeats:
+    def start_heartbeats(self, world: World, step: int) -> None:
         """A new side channel for this world (a collective: every rank calls it at the same point)."""
-        self.heartbeats = Heartbeats(rank, size)
+        self.heartbeats = Heartbeats.for_rank(world.rank, world.size, local_only=world.local_size == world.size)
         with self.guarded(step, "starting the heartbeats"):
             self.heartbeats.start(lambda offer: hvd.broadcast_object(offer, root_rank=0, name="heartbeats"))
-        return self.heartbeats
 
     def stop_heartbeats(self) -> None:
-        if self.heartbeats is not None:
-            self.heartbeats.stop()
+        self.heartbeats.stop()
 
     @contextlib.contextmanager
     def guarded(self, step: int, what: str) -> Iterator[None]:
@@ -51,30 +51,27 @@ class CollectiveGuard:
             except tf.errors.OpError:
                 if self.elastic:
                     raise
-                cause = self.heartbeats.cause(wait=CAUSE_WAIT_S) if self.heartbeats else None
+                cause = self.heartbeats.cause(wait=CAUSE_WAIT_S)
                 raise WorkerLost(f"collective failed after step {step}: {cause or 'a worker died or is unreachable'}"
                                  f"{self.last_checkpoint()}; rerun with --resume") from None
 
     def state(self, error: RunEnded) -> None:
         """Before this rank ends for a reason of its own, tell the others (a consequence is not a reason)."""
-        if self.heartbeats is not None and not isinstance(error, WorkerLost | StopRequested):
+        if not isinstance(error, WorkerLost | StopRequested):
             self.heartbeats.state_failure(str(error))
 
     def last_checkpoint(self) -> str:
-        known = self.heartbeats.checkpoint if self.heartbeats else None
-        return f"; last good checkpoint: {known or 'none'}"
+        return f"; last good checkpoint: {self.heartbeats.checkpoint or 'none'}"
 
     def _timed_out(self, step: int, what: str) -> bool:
         """The watchdog fired: kill stopped peers here in elastic runs (True: keep waiting), else say why."""
-        heartbeats = self.heartbeats
-        if self.elastic and heartbeats is not None:
-            killed = [process.rank for process in heartbeats.silent_processes() if process.kill()]
+        if self.elastic:
+            killed = [process.rank for process in self.heartbeats.silent_processes() if process.kill()]
             if killed:
                 log.warning("rank(s) %s stopped answering for %.0f s; killed, so that the others go on without "
                             "them", ", ".join(map(str, killed)), self.timeout)
                 return True
-        cause = heartbeats.cause() if heartbeats else None
         print(f"hvd-mnist: error: no progress for {self.timeout:.0f} s ({what} after step {step}): "
-              f"{cause or 'a rank stopped answering'}{self.last_checkpoint()}; rerun with --resume",
+              f"{self.heartbeats.cause() or 'a rank stopped answering'}{self.last_checkpoint()}; rerun with --resume",
               file=sys.stderr, flush=True)
         return False

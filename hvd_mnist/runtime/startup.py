@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import NoReturn
 
+from hvd_mnist.runtime.process import seconds_since_start
+
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
 LAUNCHER_PID = os.getppid()
 
@@ -51,8 +53,9 @@ def _hidden(module: str) -> Iterator[None]:
     """Make `module` unimportable within the block, unless it is already loaded.
 
     TensorFlow 2.21 loads all of Keras at import, and Keras loads matplotlib.pyplot if it is installed
-    (as it is with the benchmark's and `hvd-mnist plot`'s extras): 0.45 s per rank, for plotting helpers
-    nobody here calls. Keras takes an ImportError as "no matplotlib"; later imports work as usual.
+    (as it is with the benchmark's and `hvd-mnist plot`'s extras): a large share of each rank's import, for
+    plotting helpers nobody here calls (docs/benchmark.md). Keras takes an ImportError as "no matplotlib";
+    later imports work as usual.
     """
     if module in sys.modules:
         yield
@@ -67,9 +70,10 @@ def _hidden(module: str) -> Iterator[None]:
 def end_process(code: int) -> NoReturn:
     """Exit with `code`, skipping the interpreter's teardown once TensorFlow is loaded.
 
-    Unloading TensorFlow's modules and objects took 1.2-1.4 s of every run's wall time here, after the last
-    file was written. The exit handlers still run (logging's flush, Horovod's shutdown, TensorFlow's clean-up
-    of its temporary files), and MPI is finalized as mpirun expects; then the process ends at once.
+    Unloading TensorFlow's modules and objects takes over a second of every run's wall time, after the last
+    file was written (docs/benchmark.md). The exit handlers still run (logging's flush, Horovod's shutdown,
+    TensorFlow's clean-up of its temporary files), and MPI is finalized as mpirun expects; then the process
+    ends at once.
     """
     if "tensorflow" not in sys.modules:
         sys.exit(code)
@@ -82,22 +86,14 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def seconds_since_process_start() -> float:
-    """Wall seconds since this process started (Linux /proc), so start-up time counts: the user waited for it."""
-    with open("/proc/self/stat") as stat:
-        start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as uptime:
-        up_seconds = float(uptime.read().split()[0])
-    return up_seconds - start_ticks / os.sysconf("SC_CLK_TCK")
-
-
 _phases: dict[str, float] = {}
 
 
-def phase_done(name: str) -> None:
+def phase_done(name: str) -> float:
     """Record that a phase of the run ended, in seconds since the process started (metrics.jsonl's `start`
-    and `end` events carry them, so a slow launch can be read phase by phase)."""
-    _phases[name] = round(seconds_since_process_start(), 3)
+    and `end` events carry them, so a slow launch can be read phase by phase); returns those seconds."""
+    _phases[name] = round(seconds_since_start(), 3)
+    return _phases[name]
 
 
 def phases() -> dict[str, float]:

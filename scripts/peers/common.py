@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvd_mnist.runtime.startup import seconds_since_process_start
+from hvd_mnist.runtime.process import seconds_since_start
 
 HIDDEN = 500
 INIT_STDDEV = 0.1
@@ -126,7 +126,7 @@ class TargetRace:
         if self.target is None or accuracy < self.target:
             return False
         # Seconds since this worker process started, as hvd_mnist's target_reached event counts them.
-        self.reached = {"steps_to_target": step, "seconds_to_target": seconds_since_process_start()}
+        self.reached = {"steps_to_target": step, "seconds_to_target": seconds_since_start()}
         return True
 
     def record(self) -> dict[str, object]:

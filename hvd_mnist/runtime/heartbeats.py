@@ -1,0 +1,295 @@
+"""Heartbeats between every rank and rank 0 on a side channel, so that a failed or hung collective has a cause.
+
+Horovod cannot say which rank went quiet: under MPI a collective with a stopped peer waits forever, and
+under Gloo it fails after Gloo's timeout as if the peer had died. So every rank keeps a TCP connection to
+rank 0 and sends its step once a second; rank 0 answers with what it knows: ranks that died (their
+connection closed), ranks that stopped answering (connection open, no heartbeat), the reason a rank gave
+for failing, and the last good checkpoint. A rank that fails for a reason it can state (no space left on
+device, say) sends that reason first, so that the others repeat it instead of guessing.
+
+Rank 0 and the others play different parts behind one interface: `Heartbeats.for_rank` picks the part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+from hvd_mnist.runtime.process import Process
+from hvd_mnist.runtime.transport import (
+    HELLO_TIMEOUT_S,
+    Connection,
+    Listener,
+    connect,
+    listen_address,
+    local_addresses,
+)
+
+HEARTBEAT_S = 1.0
+SILENT_AFTER_S = 5.0  # a connected rank without a heartbeat for this long has stopped answering
+STATE_WAIT_S = 0.3  # how long a failing rank gives its reason to reach the others
+
+
+class Heartbeats:
+    """The side channel of one rank, for one world (an elastic reset makes a new one); alone, it knows nothing."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.step = -1  # told by the training loop, through the supervisor
+        self._checkpoint: str | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    @staticmethod
+    def for_rank(rank: int, size: int, local_only: bool = False) -> Heartbeats:
+        """Rank 0's part, another rank's part, or nothing to do for a world of one.
+
+        `local_only`: every rank runs on this machine, so rank 0 listens on loopback only.
+        """
+        if size == 1:
+            return Heartbeats(rank, size)
+        return ChiefHeartbeats(rank, size, local_only) if rank == 0 else WorkerHeartbeats(rank, size)
+
+    def start(self, broadcast: Callable[[object], object]) -> None:
+        """A collective: rank 0's offer (address, port, secret) reaches every rank through `broadcast`."""
+        if self.size > 1:
+            self._begin(broadcast(self._offer()))
+
+    def _offer(self) -> dict | None:
+        return None
+
+    def _begin(self, offer: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The last good checkpoint: rank 0's own knowledge, which it tells every rank at once."""
+        return self.knowledge().get("checkpoint", self._checkpoint)
+
+    @checkpoint.setter
+    def checkpoint(self, path: str | None) -> None:
+        self._checkpoint = path
+        self._publish()
+
+    def _publish(self) -> None:
+        """Tell the others what this rank knows now (rank 0's part)."""
+
+    def knowledge(self) -> dict:
+        """What this rank knows of the others: died, silent (and their processes), a stated error, the checkpoint."""
+        return {}
+
+    def state_failure(self, message: str) -> None:
+        """Tell the others why this rank is about to end."""
+
+    def cause(self, wait: float = 0.0) -> str | None:
+        """Why the collectives stopped, as far as this rank knows; waits up to `wait` s for news to arrive."""
+        deadline = time.monotonic() + wait
+        while True:
+            text = describe(self.knowledge())
+            if text or time.monotonic() >= deadline:
+                return text
+            time.sleep(0.2)
+
+    def silent_processes(self) -> list[Process]:
+        """The processes of the ranks that stopped answering, as rank 0 describes them."""
+        processes = self.knowledge().get("processes", {})
+        return [Process(**process) for process in processes.values() if process]
+
+
+@dataclass
+class _PeerState:
+    """What rank 0 knows of one other rank."""
+
+    process: dict | None = None
+    last_heard: float = field(default_factory=time.monotonic)
+    step: int = -1
+    closed: bool = False
+    finished: bool = False  # said goodbye: it ended normally, its closed connection is no death
+
+
+class ChiefHeartbeats(Heartbeats):
+    """Rank 0: listens, hears every other rank, and answers each heartbeat with what it knows."""
+
+    def __init__(self, rank: int, size: int, local_only: bool) -> None:
+        super().__init__(rank, size)
+        self.local_only = local_only
+        self._secret = secrets.token_hex(16)
+        self._listener: Listener | None = None
+        self._peers = {other: _PeerState() for other in range(1, size)}
+        self._connections: dict[int, Connection] = {}
+        self._error: tuple[int, str] | None = None
+
+    def _offer(self) -> dict:
+        address = listen_address(self.local_only)
+        self._listener = Listener(address)
+        addresses = local_addresses() if address == "0.0.0.0" else [address]
+        return {"addresses": addresses, "port": self._listener.port, "secret": self._secret}
+
+    def _begin(self, offer: dict) -> None:
+        threading.Thread(target=self._listener.serve_forever, args=(self._serve_one,), name="hvd-mnist-heartbeats",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._listener is not None:
+            self._listener.close()
+        for connection in self._open_connections():
+            connection.shut()
+
+    def _serve_one(self, connection: Connection, authenticated: Callable[[], None]) -> None:
+        """One connection: a rank's hello within HELLO_TIMEOUT_S, then its heartbeats, each answered."""
+        rank = None
+        try:
+            hello = connection.receive(deadline=time.monotonic() + HELLO_TIMEOUT_S)
+            if not self._valid(hello):
+                return
+            rank = hello["rank"]
+            authenticated()
+            with self._lock:
+                self._peers[rank] = _PeerState(process=hello.get("process"))
+                self._connections[rank] = connection
+            while (message := connection.receive()) is not None:
+                if self._heard(rank, message):
+                    self._publish()
+                else:
+                    connection.send(self.knowledge())
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass  # a closed, broken or foreign connection: for a rank, its closing is what counts
+        finally:
+            connection.close()
+            if rank is not None:
+                with self._lock:
+                    self._peers[rank].closed = True
+                    self._connections.pop(rank, None)
+
+    def _valid(self, hello: object) -> bool:
+        """A hello from one of this world's ranks: the secret compared in constant time."""
+        return (isinstance(hello, dict) and isinstance(hello.get("rank"), int) and hello["rank"] in self._peers
+                and hmac.compare_digest(str(hello.get("secret", "")).encode(), self._secret.encode()))
+
+    def _heard(self, rank: int, message: dict) -> bool:
+        """Note a heartbeat; True if it carried the first stated error, which every rank must hear now."""
+        with self._lock:
+            peer = self._peers[rank]
+            peer.finished = peer.finished or bool(message.get("bye"))
+            peer.last_heard, peer.step = time.monotonic(), message.get("step", peer.step)
+            news = bool(message.get("error")) and self._error is None
+            if news:
+                self._error = (rank, message["error"])
+        return news
+
+    def knowledge(self) -> dict:
+        now = time.monotonic()
+        with self._lock:
+            died = sorted(rank for rank, peer in self._peers.items() if peer.closed and not peer.finished)
+            silent = {rank: round(now - peer.last_heard) for rank, peer in self._peers.items()
+                      if not peer.closed and not peer.finished and now - peer.last_heard > SILENT_AFTER_S}
+            processes = {rank: self._peers[rank].process for rank in silent}
+            return {"died": died, "silent": silent, "processes": processes, "error": self._error,
+                    "checkpoint": self._checkpoint}
+
+    def _open_connections(self) -> list[Connection]:
+        with self._lock:
+            return list(self._connections.values())
+
+    def _publish(self) -> None:
+        """Tell every connected rank now (a new checkpoint, or a reason for failing)."""
+        view = self.knowledge()
+        for connection in self._open_connections():
+            with contextlib.suppress(OSError, ValueError):
+                connection.send(view)
+
+    def state_failure(self, message: str) -> None:
+        with self._lock:
+            self._error = self._error or (0, message)
+        self._publish()
+        time.sleep(STATE_WAIT_S)  # a moment for the message to travel before this process ends
+
+
+class WorkerHeartbeats(Heartbeats):
+    """Any rank but 0: connects to rank 0, sends its step every second, keeps rank 0's latest answer."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        super().__init__(rank, size)
+        self._chief: Connection | None = None
+        self._answer: dict = {}
+        self._chief_heard = time.monotonic()
+        self._chief_closed = False
+
+    def _begin(self, offer: dict) -> None:
+        threading.Thread(target=self._heartbeat, args=(offer,), name="hvd-mnist-heartbeats", daemon=True).start()
+
+    def _heartbeat(self, offer: dict) -> None:
+        """Connect and say who this is; then send the step every second while a reader keeps the answers."""
+        self._chief = connect(offer["addresses"], offer["port"])
+        if self._chief is None:
+            self._chief_closed = True
+            return
+        threading.Thread(target=self._read_chief, name="hvd-mnist-heartbeats-in", daemon=True).start()
+        with contextlib.suppress(OSError, ValueError):
+            self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank))})
+            while not self._stopped.wait(HEARTBEAT_S):
+                self._chief.send({"step": self.step})
+
+    def _read_chief(self) -> None:
+        try:
+            while (message := self._chief.receive()) is not None:
+                with self._lock:
+                    self._answer, self._chief_heard = message, time.monotonic()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._chief.close()
+        if not self._stopped.is_set():
+            self._chief_closed = True
+
+    def stop(self) -> None:
+        """A rank that stops normally says goodbye, so that rank 0 does not count it as dead."""
+        super().stop()
+        if self._chief is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._chief.send({"bye": True})
+            self._chief.shut()
+
+    def knowledge(self) -> dict:
+        with self._lock:
+            answer = dict(self._answer)
+        quiet = time.monotonic() - self._chief_heard
+        if self._chief_closed:
+            answer["died"] = [0]
+        elif quiet > SILENT_AFTER_S + HEARTBEAT_S:
+            answer["silent"] = {0: round(quiet)}
+        return answer
+
+    def state_failure(self, message: str) -> None:
+        if self._chief is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._chief.send({"step": self.step, "error": message})
+        time.sleep(STATE_WAIT_S)  # a moment for the message to travel before this process ends
+
+
+def describe(known: dict) -> str | None:
+    """One phrase for what the heartbeats know: a stated reason beats a death, which beats silence."""
+    if known.get("error"):
+        rank, message = known["error"]
+        return f"rank {rank} failed: {message}"
+    if known.get("died"):
+        return f"rank(s) {_ranks(known['died'])} died (their connection closed)"
+    if known.get("silent"):
+        silent = known["silent"]
+        seconds = max(silent.values())
+        return (f"rank(s) {_ranks(silent)} stopped answering (no heartbeat for {seconds} s: stopped, swapping, "
+                "stuck or cut off)")
+    return None
+
+
+def _ranks(ranks: Iterable) -> str:
+    return ", ".join(str(rank) for rank in sorted(int(r) for r in ranks))
