@@ -114,18 +114,6 @@ class TrainConfig:
         """Whether the run evaluates during training, and so holds a validation split out of the training data."""
         return self.eval_every > 0
 
-    def global_batch(self, world_size: int, accumulate: int | None = None) -> int:
-        """Examples per update over all ranks: batch size x ranks x micro-batches accumulated per update."""
-        return self.batch_size * world_size * (accumulate or self.accumulate)
-
-    def accumulation_near(self, global_batch: int, world_size: int) -> int:
-        """The micro-batches per update that bring `world_size` ranks nearest to `global_batch` (at least 1)."""
-        return max(1, round(global_batch / (self.batch_size * world_size)))
-
-    def decay_steps(self, global_batch: int) -> float:
-        """LR decays by lr_decay once per `decay_examples / global batch` steps."""
-        return self.decay_examples / global_batch
-
     def to_json(self) -> str:
         """The configuration as JSON (paths as strings)."""
         return json.dumps(dataclasses.asdict(self), default=str, indent=2, sort_keys=True)

@@ -4,17 +4,18 @@ import re
 import subprocess
 
 import pytest
-from conftest import BIN, run_cli
+from helpers import BIN, run_cli
 
 from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
+from hvd_mnist.train.plan import BatchPlan
 
 
 def test_defaults_learn_and_classic_restores_the_tower_script():
     config = parse_config([])
     assert (config.batch_size, config.steps, config.lr, config.lr_decay) == (100, 1000, 0.1, 0.99)
     assert (config.l2, config.ema_decay, config.model, config.decay_examples) == (1e-4, 0.99, "mlp", 60000)
-    assert config.decay_steps(config.global_batch(world_size=2)) == 300.0
+    assert BatchPlan.of(config, world_size=2).decay_steps == 300.0
     assert parse_config(["--classic"]).lr == 0.001
     assert parse_config(["--classic", "--lr", "0.05"]).lr == 0.05  # an explicit flag still wins
     assert not config.evaluates and parse_config(["--eval-every", "100"]).evaluates
@@ -22,10 +23,13 @@ def test_defaults_learn_and_classic_restores_the_tower_script():
 
 def test_accumulation_multiplies_the_global_batch():
     config = parse_config(["--batch-size", "50", "--accumulate", "4"])
-    assert config.global_batch(world_size=2) == 400
-    assert config.decay_steps(config.global_batch(2)) == 150.0
-    assert config.accumulation_near(400, world_size=3) == 3  # 450 is the nearest to 400 with 3 ranks
-    assert config.accumulation_near(400, world_size=16) == 1
+    plan = BatchPlan.of(config, world_size=2)
+    assert (plan.global_batch, plan.micro_batches, plan.decay_steps) == (400, 4, 150.0)
+    assert BatchPlan.of(config, world_size=1).across_ranks is False and plan.across_ranks
+    keep = parse_config(["--batch-size", "50", "--elastic", "--output-dir", "x", "--keep-global-batch"])
+    assert BatchPlan.of(keep, world_size=3, target_global_batch=400).micro_batches == 3  # 450 is nearest to 400
+    assert BatchPlan.of(keep, world_size=16, target_global_batch=400).micro_batches == 1
+    assert BatchPlan.of(keep, world_size=16).micro_batches == 1  # no target yet: the first start sets it
 
 
 def test_help_lists_the_flags():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -13,6 +14,7 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
 from hvd_mnist.data.pipeline import scale_pixels
 from hvd_mnist.train.model import build_model, correct_predictions, cross_entropy, regularized_loss
+from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.schedule import MovingAverage, learning_rate
 
 IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.uint8)  # scaled inside the compiled steps
@@ -26,6 +28,14 @@ class Evaluation:
     accuracy: float
     loss: float
     examples: int
+
+
+class RankMeans(NamedTuple):
+    """A reporting step's figures averaged over the ranks; stop_votes > 0 if any rank was asked to stop."""
+
+    loss: float
+    accuracy: float
+    stop_votes: float
 
 
 class Replica:
@@ -43,10 +53,11 @@ class Replica:
         # With --keep-global-batch: the global batch of the first start, which later world sizes approach.
         self.target_global_batch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.best_accuracy = tf.Variable(-1.0, trainable=False)  # best validation accuracy so far (--keep-best)
+        # Set from the batch plan (follow), and read by the compiled steps, so a new world needs no retrace.
         self.micro_batches = tf.Variable(config.accumulate, dtype=tf.int64, trainable=False)
         self.decay_steps = tf.Variable(1.0, trainable=False)
         self.lr_scale = tf.Variable(1.0, trainable=False)
-        self.set_world_size(world_size)
+        self.plan = self.follow(world_size)
         self.learning_rate = lambda: learning_rate(
             self.step, config.lr, config.lr_decay, self.decay_steps, self.lr_scale, config.warmup_steps
         )
@@ -54,18 +65,17 @@ class Replica:
         self.compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
         self.ema = MovingAverage(list(self.model.trainable_variables), config.ema_decay)
 
-    def set_world_size(self, size: int) -> None:
-        """Follow the number of ranks: micro-batches per update, global batch, LR decay period, LR scale."""
-        accumulate = self.config.accumulate
-        if self.config.keep_global_batch:
-            if int(self.target_global_batch.numpy()) == 0:
-                self.target_global_batch.assign(self.config.global_batch(size))
-            accumulate = self.config.accumulation_near(int(self.target_global_batch.numpy()), size)
-        global_batch = self.config.global_batch(size, accumulate)
-        self.micro_batches.assign(accumulate)
-        self.global_batch.assign(global_batch)
-        self.decay_steps.assign(self.config.decay_steps(global_batch))
-        self.lr_scale.assign(float(size) if self.config.scale_lr else 1.0)
+    def follow(self, world_size: int) -> BatchPlan:
+        """Train as the batch plan of `world_size` ranks says (the first start's global batch is the target that
+        --keep-global-batch keeps), and return that plan."""
+        if self.config.keep_global_batch and int(self.target_global_batch.numpy()) == 0:
+            self.target_global_batch.assign(BatchPlan.of(self.config, world_size).global_batch)
+        self.plan = BatchPlan.of(self.config, world_size, int(self.target_global_batch.numpy()))
+        self.micro_batches.assign(self.plan.micro_batches)
+        self.global_batch.assign(self.plan.global_batch)
+        self.decay_steps.assign(self.plan.decay_steps)
+        self.lr_scale.assign(self.plan.lr_scale)
+        return self.plan
 
     @property
     def synced_variables(self) -> list[tf.Variable]:
@@ -82,22 +92,24 @@ class Replica:
     def broadcast_from_chief(self) -> None:
         """Give every rank rank 0's weights, moving averages and step (after initialization or restore).
 
-        What hvd.broadcast_variables does, compiled without AutoGraph: its own tf.function converted
-        Horovod's code first, 0.3 s of every start.
+        What hvd.broadcast_variables does, compiled without AutoGraph: its own tf.function converts Horovod's
+        code first, most of the broadcast's time at every start (docs/benchmark.md).
         """
         for var in self.synced_variables:
             var.assign(hvd.broadcast(var, root_rank=0))
 
-    @tf.function(reduce_retracing=True, autograph=False)
-    def train_steps(self, batches: tf.data.Iterator, count: tf.Tensor, across_ranks: bool) -> dict[str, tf.Tensor]:
-        """Up to `count` train steps on the iterator's next batches in one call, which saves a Python round
-        trip per step (measured: 0.6-1 ms/step on 2 cores). `across_ranks` (world size > 1, traced once per
-        value) says whether the gradients are averaged: on one rank Horovod's allreduce is an identity that
-        still cost 1.1-1.3 ms/step (hand-off to its background thread and back, measured at batch 100).
+    def train_steps(self, batches: tf.data.Iterator, count: int) -> dict[str, tf.Tensor]:
+        """Up to `count` train steps on the iterator's next batches in one compiled call, which saves a Python
+        round trip per step. Stops early after a step whose averaged gradients are not finite. Returns that last
+        step's results and `steps`, how many steps ran."""
+        return self._train_steps(batches, tf.constant(count, tf.int64), self.plan.across_ranks)
 
-        Stops early after a step whose averaged gradients are not finite. Returns that last step's results
-        and `steps`, how many steps ran. The loops are written as tf.while_loop: AutoGraph's conversion of
-        this code and Horovod's was most of the first call's time (1.1 of 1.4 s of tracing, measured).
+    @tf.function(reduce_retracing=True, autograph=False)
+    def _train_steps(self, batches: tf.data.Iterator, count: tf.Tensor, across_ranks: bool) -> dict[str, tf.Tensor]:
+        """`across_ranks` is traced once per value, so a world that grows from one rank starts averaging.
+
+        The loops are tf.while_loop, not Python loops for AutoGraph: converting this code and Horovod's was
+        most of the first call's time (docs/benchmark.md).
         """
 
         def more(steps: tf.Tensor, metrics: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -154,13 +166,12 @@ class Replica:
         """
         return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
 
-    def average_over_ranks(self, values: tf.Tensor) -> tf.Tensor:
-        """The mean over ranks of a small vector (loss, accuracy, stop votes) on the steps that report.
-
-        A single rank's values are their own mean; skipping the collective there saves waiting for
-        Horovod's next cycle. hvd.size() is asked at each call, so elastic resizes are followed.
-        """
-        return values if hvd.size() == 1 else self._allreduce_metrics(values)
+    def average_over_ranks(self, loss: tf.Tensor, accuracy: tf.Tensor, stop_vote: float) -> RankMeans:
+        """Loss, accuracy and stop votes averaged over the ranks in one small allreduce, on the steps that report."""
+        values = tf.stack([loss, accuracy, tf.constant(stop_vote, tf.float32)])
+        if self.plan.across_ranks:
+            values = self._allreduce_metrics(values)
+        return RankMeans(*values.numpy().tolist())
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
     def _allreduce_metrics(self, values: tf.Tensor) -> tf.Tensor:
@@ -174,13 +185,13 @@ class Replica:
                                  tf.reduce_sum(cross_entropy(logits, labels)),
                                  tf.cast(tf.size(labels), tf.float32)]), tf.float64)
 
-    def evaluate(self, batches: Sequence[tuple[tf.Tensor, tf.Tensor]], size: int) -> Evaluation:
+    def evaluate(self, batches: Sequence[tuple[tf.Tensor, tf.Tensor]]) -> Evaluation:
         """The moving-average weights on every rank's batches of a split, summed over ranks in one collective."""
         totals = tf.zeros([3], tf.float64)
         with self.ema.applied(list(self.model.trainable_variables)):
             for images, labels in batches:
                 totals += self._eval_batch(images, labels)
-        if size > 1:
+        if self.plan.across_ranks:
             totals = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals")
         correct, loss_sum, examples = totals.numpy().tolist()
         examples = max(int(examples), 1)
