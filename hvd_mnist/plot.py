@@ -12,14 +12,12 @@ import sys
 from pathlib import Path
 
 from hvd_mnist.errors import UserError
-
-METRICS_FILE = "metrics.jsonl"
-PLOT_FILE = "metrics.png"
+from hvd_mnist.runtime.rundir import RunDir
 
 
-def read_events(run_dir: Path) -> list[dict]:
+def read_events(run_dir: RunDir) -> list[dict]:
     """The complete JSON lines of RUN_DIR/metrics.jsonl, in order."""
-    path = run_dir / METRICS_FILE
+    path = run_dir.metrics
     try:
         lines = path.read_text().splitlines()
     except OSError as err:
@@ -39,7 +37,7 @@ def series(events: list[dict], kind: str, field: str) -> tuple[list[int], list[f
     return [e["step"] for e in chosen], [e[field] for e in chosen]
 
 
-def plot(run_dir: Path, out: Path) -> Path:
+def plot(run_dir: RunDir, out: Path) -> Path:
     """Draw loss, train/validation accuracy (and the final test accuracy) and LR against steps into `out`."""
     try:
         import matplotlib
@@ -50,7 +48,7 @@ def plot(run_dir: Path, out: Path) -> Path:
         raise UserError("matplotlib is not installed (pip install matplotlib)") from None
     events = read_events(run_dir)
     if not (series(events, "train", "loss")[0] or series(events, "eval", "loss")[0]):
-        raise UserError(f"no training progress in {run_dir / METRICS_FILE} yet")
+        raise UserError(f"no training progress in {run_dir.metrics} yet")
     figure, (loss_ax, accuracy_ax, lr_ax) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     loss_ax.plot(*series(events, "train", "loss"), label="train (rank mean)")
     loss_ax.plot(*series(events, "eval", "loss"), "o-", label="validation")
@@ -80,11 +78,12 @@ def plot(run_dir: Path, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hvd-mnist plot", description=__doc__)
     parser.add_argument("run_dir", type=Path, help="a run directory (its metrics.jsonl is read)")
-    parser.add_argument("--out", type=Path, help=f"PNG to write (default: RUN_DIR/{PLOT_FILE})")
+    parser.add_argument("--out", type=Path, help="PNG to write (default: RUN_DIR/metrics.png)")
     args = parser.parse_args(argv)
-    out = args.out or args.run_dir / PLOT_FILE
+    run_dir = RunDir(args.run_dir)
+    out = args.out or run_dir.plot
     try:
-        path = plot(args.run_dir, out)
+        path = plot(run_dir, out)
     except UserError as err:
         print(f"hvd-mnist plot: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+from helpers import flip_a_byte
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.errors import UserError
@@ -19,7 +20,7 @@ STEPS = (10, 20, 30)
 
 def checkpoints_of(directory: Path, model: str = "mlp") -> tuple[Replica, Checkpoints]:
     replica = Replica(TrainConfig(model=model), 1)
-    return replica, Checkpoints(directory, keep=3, **replica.trackables())
+    return replica, Checkpoints(directory, directory.with_name(directory.name + "-best"), keep=3, **replica.trackables())
 
 
 @pytest.fixture
@@ -37,12 +38,6 @@ def restored(directory: Path, start: Path | None = None) -> tuple[str, int]:
     replica, checkpoints = checkpoints_of(directory)
     path = checkpoints.restore_newest_intact(start)
     return Path(path).name, int(replica.step.numpy())
-
-
-def flip_a_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 DAMAGE = {

@@ -1,4 +1,5 @@
-"""The run directory: choose it, refuse to clobber an old run, prove it is writable, record the config."""
+"""The run directory: its named paths, choosing it, refusing to clobber an old run, proving it writable, the
+configuration it records, and the lock that keeps a second run out of it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hvd_mnist.config import TrainConfig
@@ -18,11 +20,58 @@ from hvd_mnist.errors import UserError
 DEFAULT_ROOT = Path("runs")
 # Checkpoints (kept ones plus the one being written), events and the export of the largest model fit in this.
 MIN_FREE_BYTES = 256 * 2**20
-LOCK_FILE = ".lock"
 LOCKLESS_ERRNOS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 ELASTIC_CLAIM_WAIT_S = 10.0
 log = logging.getLogger("hvd_mnist")
 _claimed: dict[Path, int] = {}  # run directory -> its locked descriptor, held until this process exits
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory and the names of what rank 0 writes in it: every module asks here, none joins strings."""
+
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def metrics(self) -> Path:
+        """One JSON object per line: start, train, eval, target_reached, stopped and end events."""
+        return self.path / "metrics.jsonl"
+
+    @property
+    def plot(self) -> Path:
+        return self.path / "metrics.png"
+
+    @property
+    def events(self) -> Path:
+        """TensorBoard's event files."""
+        return self.path / "events"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def best_checkpoints(self) -> Path:
+        return self.checkpoints / "best"
+
+    @property
+    def export(self) -> Path:
+        return self.path / "export"
+
+    @property
+    def timeline(self) -> Path:
+        return self.path / "timeline.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.path / ".lock"
+
+    def __str__(self) -> str:
+        return str(self.path)
 
 
 def default_run_dir() -> Path:
@@ -30,50 +79,44 @@ def default_run_dir() -> Path:
     return DEFAULT_ROOT / time.strftime("run-%Y%m%d-%H%M%S", time.gmtime())
 
 
-def prepare_run_dir(config: TrainConfig) -> Path:
+def prepare_run_dir(config: TrainConfig) -> RunDir:
     """Create (or, with --resume, reopen) the run directory and check it can be written; rank 0 only."""
-    run_dir = Path(config.output_dir) if config.output_dir is not None else default_run_dir()
-    config_file = run_dir / "config.json"
-    if config.elastic and config_file.is_file() and config_file.read_text() == config.to_json() + "\n":
+    run_dir = RunDir(Path(config.output_dir) if config.output_dir is not None else default_run_dir())
+    if config.elastic and run_dir.config.is_file() and run_dir.config.read_text() == config.to_json() + "\n":
         claim(run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)  # a worker (re)joining this elastic job as rank 0
         return run_dir
-    if run_dir.is_dir():
+    if run_dir.path.is_dir():
         claim(run_dir)  # a run still going holds it: stop before anything in it is replaced or resumed
     if config.resume:
-        if not (run_dir / "checkpoints").is_dir():
+        if not run_dir.checkpoints.is_dir():
             raise UserError(f"--resume: no checkpoints in {run_dir}")
     elif config.resume_from is not None:
         pass  # a new run directory, or this run's own, continued from the given checkpoint
-    elif run_dir.exists() and any(path.name != LOCK_FILE for path in run_dir.iterdir()):
+    elif run_dir.path.exists() and any(path != run_dir.lock for path in run_dir.path.iterdir()):
         if not config.overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to replace it")
-        for path in run_dir.iterdir():  # all but the lock this process holds
-            if path.name != LOCK_FILE:
+        for path in run_dir.path.iterdir():  # all but the lock this process holds
+            if path != run_dir.lock:
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.path.mkdir(parents=True, exist_ok=True)
         claim(run_dir)
-        probe = run_dir / ".write_probe"
+        probe = run_dir.path / ".write_probe"
         probe.write_text("ok")
         probe.unlink()
     except OSError as err:
         raise UserError(f"cannot write to the output directory {run_dir}: {err.strerror}") from None
-    free = shutil.disk_usage(run_dir).free
+    free = shutil.disk_usage(run_dir.path).free
     if free < MIN_FREE_BYTES:
         raise UserError(f"the output directory {run_dir} has {free / 2**20:.1f} MiB free; "
                         f"checkpoints and exports need at least {MIN_FREE_BYTES // 2**20} MiB")
-    tmp = config_file.with_suffix(".json.tmp")
+    tmp = run_dir.config.with_suffix(".json.tmp")
     tmp.write_text(config.to_json() + "\n")
-    tmp.replace(config_file)
+    tmp.replace(run_dir.config)
     return run_dir
 
 
-def claimed_run_dir() -> Path | None:
-    """The run directory this process writes, if it has one (rank 0, once prepared)."""
-    return next(iter(_claimed), None)
-
-
-def claim(run_dir: Path, wait_s: float = 0.0) -> None:
+def claim(run_dir: RunDir, wait_s: float = 0.0) -> None:
     """Hold an exclusive lock on the run directory for the life of this process, so that a second run pointed
     at it (a double submit, a retry while the first still runs) stops at once instead of replacing or
     interleaving the first's files. The kernel drops the lock when the process ends, however it ends.
@@ -81,10 +124,10 @@ def claim(run_dir: Path, wait_s: float = 0.0) -> None:
     `wait_s`: how long to wait for a holder that is ending (elastic: the rank 0 that was just lost). A file
     system without locks (NFS without lockd, Lustre without flock) gets a warning, not a failed run.
     """
-    key = run_dir.resolve()
+    key = run_dir.path.resolve()
     if key in _claimed:
         return
-    lock = run_dir / LOCK_FILE
+    lock = run_dir.lock
     try:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -10,6 +11,22 @@ from hvd_mnist.config import TrainConfig
 # Steps between agreements on stop requests (a signal stops the run within this many steps); also the most
 # steps one compiled call runs.
 SYNC_EVERY = 10
+
+
+class Action(enum.Enum):
+    """What can be due at a pause."""
+
+    LOG = "log"  # the progress line and metrics.jsonl's train event
+    SUMMARY = "summary"  # TensorBoard scalars
+    SYNC = "sync"  # the ranks agree on stop requests
+    HISTOGRAM = "histogram"
+    CHECKPOINT = "checkpoint"
+    EVAL = "eval"
+    COMMIT = "commit"  # an elastic commit
+    FAULT = "fault"  # a planned fault (the reliability tests)
+
+
+REPORTED = frozenset({Action.LOG, Action.SUMMARY, Action.SYNC})  # need the rank-averaged loss and stop votes
 
 
 @dataclass(frozen=True)
@@ -21,29 +38,29 @@ class Cadence:
     an action added here is both planned for and done.
     """
 
-    periods: Mapping[str, int]
+    periods: Mapping[Action, int]
     last_step: int
-    once: Mapping[str, int] = field(default_factory=dict)
-    at_end: frozenset[str] = frozenset()
+    once: Mapping[Action, int] = field(default_factory=dict)
+    at_end: frozenset[Action] = frozenset()
 
     @classmethod
     def of(cls, config: TrainConfig, elastic: bool = False, fault_step: int | None = None) -> Cadence:
         """The actions of a run: progress line, TensorBoard scalars, stop agreement, histograms, checkpoints,
         evaluation, elastic commits and a planned fault (tests)."""
-        periods = {"log": config.log_every, "summary": config.summary_every, "sync": SYNC_EVERY,
-                   "histogram": config.histogram_every, "checkpoint": config.checkpoint_every}
+        periods = {Action.LOG: config.log_every, Action.SUMMARY: config.summary_every, Action.SYNC: SYNC_EVERY,
+                   Action.HISTOGRAM: config.histogram_every, Action.CHECKPOINT: config.checkpoint_every}
         if config.evaluates:
-            periods["eval"] = config.eval_every
+            periods[Action.EVAL] = config.eval_every
         if elastic:
-            periods["commit"] = config.commit_every
-        once = {"fault": fault_step} if fault_step is not None else {}
-        at_end = {"log", "sync", "checkpoint"} | ({"eval"} if config.evaluates else set())
+            periods[Action.COMMIT] = config.commit_every
+        once = {Action.FAULT: fault_step} if fault_step is not None else {}
+        at_end = {Action.LOG, Action.SYNC, Action.CHECKPOINT} | ({Action.EVAL} if config.evaluates else set())
         return cls(periods, config.steps, once, frozenset(at_end))
 
-    def due(self, step: int) -> frozenset[str]:
+    def due(self, step: int) -> frozenset[Action]:
         """The actions due after `step`."""
-        actions = {name for name, every in self.periods.items() if step % every == 0}
-        actions |= {name for name, at in self.once.items() if at == step}
+        actions = {action for action, every in self.periods.items() if step % every == 0}
+        actions |= {action for action, at in self.once.items() if at == step}
         if step == self.last_step:
             actions |= self.at_end
         return frozenset(actions)

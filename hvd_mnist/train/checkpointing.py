@@ -19,37 +19,36 @@ import tensorflow as tf
 from hvd_mnist.errors import UserError, first_line
 
 log = logging.getLogger("hvd_mnist")
-BEST_DIR = "best"
 STATE_FILE = "checkpoint"
 
 
 class Checkpoints:
-    """A tf.train.Checkpoint with two managers under <output_dir>/checkpoints: the last few, and the best one
-    (in best/, with --keep-best). Only rank 0 saves or restores; the managers are made when first used."""
+    """A tf.train.Checkpoint with two managers: the last few in `directory`, and the best one in `best_directory`
+    (with --keep-best). Only rank 0 saves or restores; the managers are made when first used."""
 
-    def __init__(self, directory: Path, keep: int, **trackables: tf.Module | tf.Variable) -> None:
+    def __init__(self, directory: Path, best_directory: Path, keep: int, **trackables: tf.Module | tf.Variable) -> None:
         self.directory = directory
+        self.best_directory = best_directory
         self.keep = keep
         self.checkpoint = tf.train.Checkpoint(**trackables)
-        self._managers: dict[str, tf.train.CheckpointManager] = {}
+        self._managers: dict[Path, tf.train.CheckpointManager] = {}
 
-    def _manager(self, subdir: str = "") -> tf.train.CheckpointManager:
-        if subdir not in self._managers:
-            directory = self.directory / subdir
+    def _manager(self, directory: Path) -> tf.train.CheckpointManager:
+        if directory not in self._managers:
             if not readable_state(directory):
                 log.warning("%s is damaged; a new one will name the checkpoints from here on", directory / STATE_FILE)
                 (directory / STATE_FILE).unlink()
-            keep = self.keep if not subdir else 1
-            self._managers[subdir] = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=keep)
-        return self._managers[subdir]
+            keep = self.keep if directory == self.directory else 1
+            self._managers[directory] = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=keep)
+        return self._managers[directory]
 
     @property
     def latest(self) -> str | None:
-        return self._manager().latest_checkpoint
+        return self._manager(self.directory).latest_checkpoint
 
     @property
     def best(self) -> str | None:
-        return self._manager(BEST_DIR).latest_checkpoint
+        return self._manager(self.best_directory).latest_checkpoint
 
     def save(self, step: int, before_commit: Callable[[], None] | None = None) -> str:
         """Write ckpt-<step>'s files, then commit it by rewriting the 'checkpoint' state file atomically.
@@ -60,7 +59,7 @@ class Checkpoints:
         callbacks = [lambda _path: before_commit()] if before_commit else None
         options = tf.train.CheckpointOptions(experimental_write_callbacks=callbacks)
         try:
-            return self._manager().save(checkpoint_number=step, options=options)
+            return self._manager(self.directory).save(checkpoint_number=step, options=options)
         except Exception:
             self._remove_uncommitted(step)  # what a failed write left (a full disk gets its space back)
             raise
@@ -72,7 +71,7 @@ class Checkpoints:
 
     def save_best(self, step: int) -> str:
         """Replace the best checkpoint with this step's state (committed the same way as save)."""
-        return self._manager(BEST_DIR).save(checkpoint_number=step)
+        return self._manager(self.best_directory).save(checkpoint_number=step)
 
     def restore_newest_intact(self, start: Path | None = None) -> str:
         """Restore the newest checkpoint that reads back whole (in `start`, a directory or one checkpoint,

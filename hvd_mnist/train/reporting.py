@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
+from hvd_mnist.errors import WriteFailed
 from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.writes import writing
 
 log = logging.getLogger("hvd_mnist")
-METRICS_FILE = "metrics.jsonl"
 
 
 class Reporter:
@@ -24,13 +27,13 @@ class Reporter:
     events are flushed at each report, so such a failure shows at once and not only at the end.
     """
 
-    def __init__(self, output_dir: Path | None, enabled: bool) -> None:
-        self.enabled = enabled and output_dir is not None
+    def __init__(self, run_dir: RunDir | None, enabled: bool) -> None:
+        self.enabled = enabled and run_dir is not None
         self._metrics = None
         self._writer = None
         if self.enabled:
-            self._metrics_path = output_dir / METRICS_FILE
-            self._events_dir = output_dir / "events"
+            self._metrics_path = run_dir.metrics
+            self._events_dir = run_dir.events
             with writing("metrics", self._metrics_path):
                 drop_torn_last_line(self._metrics_path)
                 self._metrics = self._metrics_path.open("a", buffering=1)
@@ -70,6 +73,20 @@ class Reporter:
         if metrics is not None:
             with writing("metrics", self._metrics_path):
                 metrics.close()
+
+
+@contextlib.contextmanager
+def reporting(run_dir: RunDir, enabled: bool) -> Iterator[Reporter]:
+    """A Reporter for the block, closed once at its end; a run already failing keeps its first cause even if
+    closing fails too."""
+    reporter = Reporter(run_dir, enabled)
+    try:
+        yield reporter
+    except BaseException:
+        with contextlib.suppress(WriteFailed):
+            reporter.close()
+        raise
+    reporter.close()
 
 
 def drop_torn_last_line(path: Path) -> None:
