@@ -148,10 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     except RunEnded as err:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code
-    except Exception as err:  # not one of ours: its traceback goes to a file, the console gets one line
-        from hvd_mnist.runtime.rundir import claimed_run_dir
-
-        print(f"hvd-mnist: error: {crashed(err, claimed_run_dir())}", file=sys.stderr)
+    except Exception as err:  # before the session could name a run directory: the traceback goes to a temp file
+        print(f"hvd-mnist: error: {crashed(err, None)}", file=sys.stderr)
         return 1
     return 0
 

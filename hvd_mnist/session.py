@@ -1,4 +1,7 @@
-"""One process's session: Horovod and the device, the data, the run directory, then the training loop."""
+"""One process's session: Horovod and the device, the data, the run directory, then the training loop.
+
+The one place that joins the two rooms: it makes the runtime's Supervisor and hands it to the training loop.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +15,14 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime.distribution import on_chief, setup_world
-from hvd_mnist.runtime.guard import CollectiveGuard
-from hvd_mnist.runtime.rundir import prepare_run_dir
+from hvd_mnist.runtime.distribution import World, on_chief, setup_world
+from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.startup import phase_done
+from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.train.loop import RunResult, TrainingLoop
 from hvd_mnist.train.reporting import configure_logging
 
 log = logging.getLogger("hvd_mnist")
-TIMELINE_FILE = "timeline.json"
 GLOO_MARGIN_S = 30
 
 
@@ -42,7 +44,7 @@ def load_data(config: TrainConfig) -> Dataset:
 
 
 def run_session(config: TrainConfig) -> RunResult:
-    """Validate, set up the world, and train; raises UserError for bad input."""
+    """Validate, set up the world, and train; raises UserError for bad input, and RunEnded for every ending."""
     config.validate()
     if config.horovod_timeline:
         os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # lets hvd.start_timeline write into the run directory
@@ -50,35 +52,38 @@ def run_session(config: TrainConfig) -> RunResult:
         # One knob: Gloo's own timeout (30 s unless horovodrun --gloo-timeout-seconds) would otherwise end
         # legitimate long gaps early and with no cause; the watchdog fires first and names one.
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(config.collective_timeout) + GLOO_MARGIN_S))
-    guard = CollectiveGuard(config.collective_timeout, config.elastic)
-    with guard.guarded(0, "starting Horovod"):
-        world = setup_world(config.bind_cpus)
-    phase_done("horovod_started")
-    configure_logging(world)
-    data = load_data(config)  # bad data fails on every rank before any file is written
-    phase_done("data_loaded")
-    if len(data.train) < world.size:
-        raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
-    if config.elastic:
-        # No collective before hvd.elastic.run: a worker joining later must not wait for one. The
-        # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.
-        run_dir = prepare_run_dir(config) if world.is_chief else Path(config.output_dir)
-    else:
-        with guard.guarded(0, "preparing the run directory"):
-            run_dir = on_chief(world, lambda: prepare_run_dir(config), "run_dir")
-    phase_done("run_dir_ready")
-    log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
-    log.info("data: %s", data.description)
-    accumulation = f" x {config.accumulate} micro-batches" if config.accumulate > 1 else ""
-    log.info("model %s, batch %d per rank%s (global %d), %d steps, output in %s", config.model, config.batch_size,
-             accumulation, config.global_batch(world.size), config.steps, run_dir)
-    if config.horovod_timeline:
-        hvd.start_timeline(str(run_dir / TIMELINE_FILE))  # only rank 0, Horovod's coordinator, writes it
-    result = TrainingLoop(config, world, run_dir, data, guard).fit()
-    if config.horovod_timeline:
-        hvd.stop_timeline()
-        log.info("Horovod timeline: %s (open it in https://ui.perfetto.dev or chrome://tracing)",
-                 run_dir / TIMELINE_FILE)
+    supervisor = Supervisor(config.collective_timeout, config.elastic)
+    with supervisor.ending():
+        with supervisor.guarded(0, "starting Horovod"):
+            world = setup_world(config.bind_cpus)
+        phase_done("horovod_started")
+        configure_logging(world)
+        data = load_data(config)  # bad data fails on every rank before any file is written
+        phase_done("data_loaded")
+        if len(data.train) < world.size:
+            raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
+        run_dir = open_run_dir(config, world, supervisor)
+        if world.is_chief:
+            supervisor.crash_dir = run_dir.path
+        phase_done("run_dir_ready")
+        log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
+        log.info("data: %s", data.description)
+        if config.horovod_timeline:
+            hvd.start_timeline(str(run_dir.timeline))  # only rank 0, Horovod's coordinator, writes it
+        result = TrainingLoop(config, world, run_dir, data, supervisor).fit()
+        if config.horovod_timeline:
+            hvd.stop_timeline()
+            log.info("Horovod timeline: %s (open it in https://ui.perfetto.dev or chrome://tracing)", run_dir.timeline)
     log.info("done: step %d, loss %.4f, test accuracy %s", result.final_step, result.final_loss,
              "n/a" if result.test_accuracy is None else f"{result.test_accuracy:.4f}")
     return result
+
+
+def open_run_dir(config: TrainConfig, world: World, supervisor: Supervisor) -> RunDir:
+    """Rank 0 prepares the run directory and every rank learns where it is (or rank 0's UserError)."""
+    if config.elastic:
+        # No collective before hvd.elastic.run: a worker joining later must not wait for one. The
+        # directory is the explicit --output-dir, which a joiner of the same job finds already prepared.
+        return prepare_run_dir(config) if world.is_chief else RunDir(Path(config.output_dir))
+    with supervisor.guarded(0, "preparing the run directory"):
+        return on_chief(world, lambda: prepare_run_dir(config), "run_dir")

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.elastic import ObjectState
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.rundir import ELASTIC_CLAIM_WAIT_S, RunDir, claim
+
+T = TypeVar("T")
 
 
 class VariablesState(ObjectState):
@@ -55,3 +61,17 @@ def elastic_signal(err: BaseException) -> BaseException | None:
     if isinstance(err, tf.errors.OpError) and "Horovod" in str(err):
         return HorovodInternalError(err)
     return None
+
+
+def run_elastic(state: VariablesState, world: World, run_dir: RunDir, train: Callable[[World], T]) -> T:
+    """Run `train` under Horovod Elastic: after every reset's sync it gets the world as it now is, and a survivor
+    that became rank 0 first takes over the run directory's lock."""
+
+    @hvd.elastic.run
+    def run(_state: VariablesState) -> T:
+        current = world.refreshed()
+        if current.is_chief:
+            claim(run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)
+        return train(current)
+
+    return run(state)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -15,23 +13,20 @@ import tensorflow as tf
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
-from hvd_mnist.errors import RunEnded, StopRequested, UserError, WriteFailed, crashed
+from hvd_mnist.errors import RunEnded, UserError
 from hvd_mnist.runtime.distribution import World, on_chief
-from hvd_mnist.runtime.elastic import VariablesState, elastic_signal
-from hvd_mnist.runtime.faults import maybe_fault, planned_step
-from hvd_mnist.runtime.guard import CollectiveGuard
-from hvd_mnist.runtime.rundir import ELASTIC_CLAIM_WAIT_S, claim
-from hvd_mnist.runtime.startup import phase_done, phases, seconds_since_process_start
-from hvd_mnist.runtime.stopping import StopSignal
+from hvd_mnist.runtime.elastic import VariablesState, run_elastic
+from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.startup import phase_done, phases
+from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.runtime.writes import writing
-from hvd_mnist.train.cadence import Cadence
-from hvd_mnist.train.checkpointing import BEST_DIR, Checkpoints
+from hvd_mnist.train.cadence import REPORTED, Action, Cadence
+from hvd_mnist.train.checkpointing import Checkpoints
 from hvd_mnist.train.export import export_checkpoint, export_model
 from hvd_mnist.train.replica import Evaluation, Replica
-from hvd_mnist.train.reporting import Reporter, Throughput, configure_logging
+from hvd_mnist.train.reporting import Reporter, Throughput, configure_logging, reporting
 
 log = logging.getLogger("hvd_mnist")
-REPORTED = frozenset({"log", "summary", "sync"})  # actions that need the rank-averaged loss and stop votes
 
 
 @dataclass(frozen=True)
@@ -48,20 +43,21 @@ class TrainingLoop:
     """Trains this rank's replica to --steps (or to --target-accuracy), then checks, tests and exports.
 
     It holds the run's collaborators, so each part below reads as one step of the story: restore, train,
-    do what is due, finish. When something is due comes from one Cadence.
+    do what is due, finish. When something is due comes from one Cadence; everything that keeps the run alive
+    (guarded collectives, heartbeats, signals, faults, the ending) is the Supervisor's.
     """
 
-    def __init__(self, config: TrainConfig, world: World, run_dir: Path, data: Dataset,
-                 guard: CollectiveGuard) -> None:
+    def __init__(self, config: TrainConfig, world: World, run_dir: RunDir, data: Dataset,
+                 supervisor: Supervisor) -> None:
         self.config = config
-        self.guard = guard
         self.world = world
         self.run_dir = run_dir
         self.data = data
+        self.supervisor = supervisor
         self.replica = Replica(config, world.size)
-        self.checkpoints = Checkpoints(run_dir / "checkpoints", config.keep_checkpoints, **self.replica.trackables())
+        self.checkpoints = Checkpoints(run_dir.checkpoints, run_dir.best_checkpoints, config.keep_checkpoints,
+                                       **self.replica.trackables())
         self.reporter = Reporter(None, enabled=False)
-        self.stop = StopSignal()
         self.elastic: VariablesState | None = None
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
 
@@ -79,74 +75,49 @@ class TrainingLoop:
         configure_logging(self.world)
         start_step = int(self.replica.step.numpy())
         phase_done("restored")
-        self.reporter = Reporter(self.run_dir, enabled=self.world.is_chief)
-        self.reporter.event("start", start_step=start_step, world_size=self.world.size,
-                            global_batch=int(self.replica.global_batch.numpy()),
-                            accumulate=int(self.replica.micro_batches.numpy()), phases=phases())
-        heartbeats = self.guard.start_heartbeats(self.world.rank, self.world.size, start_step)
-        if self.world.is_chief:
-            heartbeats.checkpoint = self.checkpoints.latest
-        self.stop.install(watch_launcher=self.world.size > 1)
-        try:
+        plan = self.replica.plan
+        latest = self.checkpoints.latest if self.world.is_chief else None  # only rank 0 reads the run directory
+        with self.supervisor.watching(self.world, start_step, latest), \
+                reporting(self.run_dir, enabled=self.world.is_chief) as self.reporter:
+            self.reporter.event("start", start_step=start_step, world_size=self.world.size,
+                                global_batch=plan.global_batch, accumulate=plan.micro_batches, phases=phases())
             step, loss = self._train(start_step)
             phase_done("trained")
-            self.stop.uninstall()
-            result = self._finish(step, loss)
-            self.reporter.close()
-            return result
-        except WriteFailed as err:
-            self.guard.state(err)  # the others add the last good checkpoint themselves
-            raise WriteFailed(f"{err}{self.guard.last_checkpoint()}; free space and rerun with --resume") from None
-        except RunEnded as err:
-            self.guard.state(err)
-            raise
-        except Exception as err:
-            if self.elastic is not None and (signal := elastic_signal(err)) is not None:
-                raise signal from None  # Horovod Elastic's own: it rolls back and goes on with the ranks it has
-            ended = crashed(err, self.run_dir if self.world.is_chief else None)
-            self.guard.state(ended)  # the others repeat this rank's cause instead of "a worker died"
-            raise ended from None
-        finally:
-            self.stop.uninstall()
-            self.guard.stop_heartbeats()
-            with contextlib.suppress(WriteFailed):  # already failing: the first cause is the one to tell
-                self.reporter.close()
+            self.supervisor.training_done()
+            return self._finish(step, loss)
 
     def _train(self, start_step: int) -> tuple[int, float]:
         """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""
-        config, replica = self.config, self.replica
-        fault_step = planned_step("step", self.world.rank)
-        cadence = Cadence.of(config, elastic=self.elastic is not None, fault_step=fault_step)
+        config, replica, supervisor = self.config, self.replica, self.supervisor
+        cadence = Cadence.of(config, elastic=self.elastic is not None, fault_step=supervisor.planned_fault("step"))
         batches = iter(train_dataset(self.data.train, config.batch_size, self.world.rank, self.world.size,
                                      config.seed, shuffle=config.shuffle,
-                                     start_step=start_step * int(replica.micro_batches.numpy())))
-        throughput = Throughput(int(replica.global_batch.numpy()))
+                                     start_step=start_step * replica.plan.micro_batches))
+        throughput = Throughput(replica.plan.global_batch)
         step, loss = start_step, math.nan
         while step < config.steps:
-            with self.guard.guarded(step, "training"):
-                metrics = replica.train_steps(batches, tf.constant(cadence.next_pause(step) - step, tf.int64),
-                                              across_ranks=self.world.size > 1)
-            ran = int(metrics["steps"])
+            with supervisor.guarded(step, "training"):
+                metrics = replica.train_steps(batches, cadence.next_pause(step) - step)
             if step == start_step:
                 phase_done("first_call")  # mostly tracing the compiled steps
-            step += ran
-            self.guard.heartbeats.step = step
-            throughput.tick(ran)
+            step += int(metrics["steps"])
+            supervisor.progress(step)
+            throughput.tick(int(metrics["steps"]))
             if not bool(metrics["finite"]):
                 raise RunEnded(f"training diverged: NaN/Inf gradients at step {step}; all ranks stopped"
-                               f"{self.guard.last_checkpoint()}")
+                               f"{supervisor.last_checkpoint()}")
             due = cadence.due(step)
-            if "fault" in due:
-                maybe_fault("step", self.world.rank, step)
-            if "commit" in due:
+            if Action.FAULT in due:
+                supervisor.fault("step", step)
+            if Action.COMMIT in due:
                 self.elastic.commit()
             stopping = False
             if due & REPORTED:
                 loss, stopping = self._report(step, due, metrics, throughput)
-            if "histogram" in due:
+            if Action.HISTOGRAM in due:
                 self.reporter.histograms(step, replica.histograms(metrics["grads"]))
-            reached = "eval" in due and self._evaluate(step)
-            if stopping or reached or "checkpoint" in due:
+            reached = Action.EVAL in due and self._evaluate(step)
+            if stopping or reached or Action.CHECKPOINT in due:
                 self._save(step)
             if stopping:
                 self._stopped(step)
@@ -156,14 +127,14 @@ class TrainingLoop:
 
     def _finish(self, step: int, loss: float) -> RunResult:
         """Check the ranks agree bit for bit, evaluate the moving averages on the test set, export (rank 0)."""
-        with self.guard.guarded(step, "comparing the ranks' weights"):
+        with self.supervisor.guarded(step, "comparing the ranks' weights"):
             digests = hvd.allgather_object(self.replica.weights_digest(), name="weights_digest")
         if len(set(digests)) != 1:
             raise RunEnded(f"ranks hold different weights after training: {digests}")
         log.info("weights identical on all %d ranks (sha256 %s)", self.world.size, digests[0][:16])
         accuracy = None
         if self.data.test is not None:
-            with self.guard.guarded(step, "the test evaluation"):
+            with self.supervisor.guarded(step, "the test evaluation"):
                 accuracy = self._evaluate_on("test").accuracy
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
             self.reporter.scalars(step, {"test_accuracy": accuracy})
@@ -177,32 +148,29 @@ class TrainingLoop:
 
     # --- what is due at a pause ----------------------------------------------------------------------------------
 
-    def _report(self, step: int, due: frozenset[str], metrics: dict[str, tf.Tensor],
+    def _report(self, step: int, due: frozenset[Action], metrics: dict[str, tf.Tensor],
                 throughput: Throughput) -> tuple[float, bool]:
-        """Average loss, accuracy and stop votes over the ranks (one small allreduce at np > 1), log and summarize.
-
-        Returns the averaged loss and whether any rank asked to stop.
-        """
-        with self.guard.guarded(step, "averaging the metrics"):
-            loss, accuracy, stop_votes = self.replica.average_over_ranks(
-                tf.stack([metrics["loss"], metrics["accuracy"], self.stop.vote])).numpy().tolist()
+        """Average loss, accuracy and stop votes over the ranks, log and summarize; returns the averaged loss and
+        whether any rank asked to stop."""
+        with self.supervisor.guarded(step, "averaging the metrics"):
+            means = self.replica.average_over_ranks(metrics["loss"], metrics["accuracy"], self.supervisor.stop_vote)
         lr = float(metrics["lr"])
-        if not math.isfinite(loss):
-            raise RunEnded(f"training diverged: loss {loss} at step {step}; all ranks stopped"
-                           f"{self.guard.last_checkpoint()}")
-        if "log" in due:
+        if not math.isfinite(means.loss):
+            raise RunEnded(f"training diverged: loss {means.loss} at step {step}; all ranks stopped"
+                           f"{self.supervisor.last_checkpoint()}")
+        if Action.LOG in due:
             examples_per_sec, sec_per_batch = throughput.read()
             log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
-                     step, self.config.steps, loss, accuracy, lr, examples_per_sec, sec_per_batch)
-            self.reporter.event("train", step=step, loss=loss, accuracy=accuracy, lr=lr,
+                     step, self.config.steps, means.loss, means.accuracy, lr, examples_per_sec, sec_per_batch)
+            self.reporter.event("train", step=step, loss=means.loss, accuracy=means.accuracy, lr=lr,
                                 examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
-        if "summary" in due:
-            self.reporter.scalars(step, {"loss": loss, "accuracy": accuracy, "learning_rate": lr})
-        return loss, stop_votes > 0
+        if Action.SUMMARY in due:
+            self.reporter.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
+        return means.loss, means.stop_votes > 0
 
     def _evaluate(self, step: int) -> bool:
         """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
-        with self.guard.guarded(step, "the validation"):
+        with self.supervisor.guarded(step, "the validation"):
             result = self._evaluate_on("validation")
         log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
                  result.accuracy, result.loss, result.examples)
@@ -211,16 +179,16 @@ class TrainingLoop:
         if self.config.keep_best and result.accuracy > float(self.replica.best_accuracy.numpy()):
             self.replica.best_accuracy.assign(result.accuracy)
             if self.world.is_chief:
-                with writing(f"the best checkpoint (step {step})", self.checkpoints.directory / BEST_DIR):
+                with writing(f"the best checkpoint (step {step})", self.run_dir.best_checkpoints):
                     log.info("best validation accuracy so far: saved %s", self.checkpoints.save_best(step))
         target = self.config.target_accuracy
         if target is None or result.accuracy < target:
             return False
-        seconds = seconds_since_process_start()
+        seconds = phase_done("target_reached")
         log.info("reached the target validation accuracy %.4f (%.4f) at step %d, %.1f s after start",
                  target, result.accuracy, step, seconds)
         self.reporter.event("target_reached", step=step, target=target, accuracy=result.accuracy,
-                            seconds_since_start=round(seconds, 3))
+                            seconds_since_start=seconds)
         return True
 
     def _evaluate_on(self, split: str) -> Evaluation:
@@ -229,28 +197,28 @@ class TrainingLoop:
         if key not in self._eval_batches:
             self._eval_batches[key] = eval_batches(getattr(self.data, split), self.config.eval_batch_size,
                                                    self.world.rank, self.world.size)
-        return self.replica.evaluate(self._eval_batches[key], self.world.size)
+        return self.replica.evaluate(self._eval_batches[key])
 
     def _save(self, step: int) -> None:
         """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""
         if not self.replica.weights_finite():
-            raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed{self.guard.last_checkpoint()}")
+            raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed"
+                           f"{self.supervisor.last_checkpoint()}")
         if self.world.is_chief:
-            with writing(f"checkpoint ckpt-{step}", self.checkpoints.directory):
-                path = self.checkpoints.save(step, before_commit=lambda: maybe_fault("save", self.world.rank, step))
-            self.guard.heartbeats.checkpoint = path
+            with writing(f"checkpoint ckpt-{step}", self.run_dir.checkpoints):
+                path = self.checkpoints.save(step, before_commit=lambda: self.supervisor.fault("save", step))
+            self.supervisor.checkpointed(path)
             log.info("saved checkpoint %s", path)
 
     def _stopped(self, step: int) -> None:
         """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
-        name = self.stop.reason
-        self.reporter.event("stopped", step=step, reason=name)
+        self.reporter.event("stopped", step=step, reason=self.supervisor.stop_reason)
         saved = f"checkpoint {self.checkpoints.latest} written" if self.world.is_chief else "rank 0 checkpointed it"
-        raise StopRequested(f"{name} at step {step}; {saved}; continue with --resume", self.stop.exit_code())
+        raise self.supervisor.stopped(step, saved)
 
     def _export(self) -> None:
         """The moving-average model as a SavedModel: the final weights, or the best checkpoint's (--export)."""
-        target = self.run_dir / "export"
+        target = self.run_dir.export
         with writing("the exported model", target):
             if self.config.export == "final":
                 log.info("exported the moving-average model to %s",
@@ -259,11 +227,11 @@ class TrainingLoop:
                 log.info("exported the best checkpoint's moving-average model (%s) to %s", self.checkpoints.best,
                          export_checkpoint(self.checkpoints.best, self.config, target))
 
-    # --- start, restore, and failures ----------------------------------------------------------------------------
+    # --- start and restore ---------------------------------------------------------------------------------------
 
     def _restore(self) -> None:
         """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
-        with self.guard.guarded(0, "restoring"):
+        with self.supervisor.guarded(0, "restoring"):
             if self.config.restores:
                 restore = functools.partial(self.checkpoints.restore_newest_intact, self.config.resume_from)
                 log.info("resumed from %s", on_chief(self.world, restore, "restore"))
@@ -271,35 +239,30 @@ class TrainingLoop:
         start_step = int(self.replica.step.numpy())
         if start_step >= self.config.steps:
             raise UserError(f"--resume: the checkpoint is at step {start_step}, not before --steps {self.config.steps}")
-        previous = int(self.replica.global_batch.numpy())
-        self.replica.set_world_size(self.world.size)
-        current = int(self.replica.global_batch.numpy())
-        if previous != current:
+        previous = int(self.replica.global_batch.numpy())  # the checkpoint's
+        plan = self.replica.follow(self.world.size)
+        if previous != plan.global_batch:
             log.warning("global batch changes from %d to %d (%d rank(s) x %d x %d micro-batches) at step %d; the LR "
-                        "schedule follows the new global batch", previous, current, self.world.size,
-                        self.config.batch_size, int(self.replica.micro_batches.numpy()), start_step)
+                        "schedule follows the new global batch", previous, plan.global_batch, self.world.size,
+                        plan.batch_size, plan.micro_batches, start_step)
+        self._log_plan()
+
+    def _log_plan(self) -> None:
+        log.info("model %s, %s, %d steps, output in %s", self.config.model, self.replica.plan.describe(),
+                 self.config.steps, self.run_dir)
 
     def _fit_elastic(self) -> RunResult:
         """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
         if self.config.restores and self.world.is_chief:  # the first sync gives every rank rank 0's state
             log.info("resumed from %s", self.checkpoints.restore_newest_intact(self.config.resume_from))
-        state = VariablesState(self.replica.synced_variables, self.replica.broadcast_from_chief)
+        self.elastic = VariablesState(self.replica.synced_variables, self.replica.broadcast_from_chief)
+        self.elastic.register_reset_callbacks([lambda: log.warning(
+            "elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(), int(self.replica.step.numpy()))])
 
-        def on_reset() -> None:
-            log.warning("elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(),
-                        int(self.replica.step.numpy()))
-
-        state.register_reset_callbacks([on_reset])
-
-        @hvd.elastic.run
-        def run(state: VariablesState) -> RunResult:
-            # After Horovod's sync, so that a worker that just joined rescales from rank 0's state.
-            self.world = self.world.refreshed()
-            if self.world.is_chief:  # a survivor that became rank 0 takes over the run directory's lock
-                claim(self.run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)
-            self.replica.set_world_size(self.world.size)
-            self.elastic = state
+        def train(world: World) -> RunResult:  # after Horovod's sync: a worker that just joined has rank 0's state
+            self.world = world
+            self.replica.follow(world.size)
+            self._log_plan()
             return self._run()
 
-        return run(state)
-
+        return run_elastic(self.elastic, self.world, self.run_dir, train)

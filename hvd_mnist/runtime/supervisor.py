@@ -1,0 +1,120 @@
+"""The one object through which training uses the runtime (the facade between the two rooms).
+
+The training loop asks it to guard a collective, tells it the step and each good checkpoint, asks whether a
+stop was requested, and runs inside its `watching` block, which turns whatever ends the run into one line
+that every rank can repeat. Lightning keeps the same machinery in connectors beside its loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
+from hvd_mnist.runtime import faults
+from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.elastic import elastic_signal
+from hvd_mnist.runtime.guard import CollectiveGuard
+from hvd_mnist.runtime.stopping import StopSignal
+
+
+class Supervisor:
+    """Keeps one rank's run alive and explained: the guard on collectives, the heartbeats, signals, faults and
+    the run's ending."""
+
+    def __init__(self, collective_timeout: float, elastic: bool) -> None:
+        self.elastic = elastic
+        self.crash_dir: Path | None = None  # where a traceback goes: the run directory, on rank 0, once it exists
+        self.world: World | None = None
+        self._guard = CollectiveGuard(collective_timeout, elastic)
+        self._stop = StopSignal()
+
+    # --- the session's ends ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """Whatever the block raises leaves as a RunEnded: ours as they are, anything else as one line with its
+        traceback in a file (the run directory's, once there is one)."""
+        try:
+            yield
+        except RunEnded:
+            raise
+        except Exception as err:
+            raise crashed(err, self.crash_dir) from None
+
+    def guarded(self, step: int, what: str) -> contextlib.AbstractContextManager[None]:
+        """A block of collectives, bounded by --collective-timeout; a failed one ends the run naming the cause."""
+        return self._guard.guarded(step, what)
+
+    @contextlib.contextmanager
+    def watching(self, world: World, step: int, checkpoint: str | None) -> Iterator[None]:
+        """Training in this world: heartbeats and signal handlers for the block, and its failures made endings.
+
+        A rank that ends for a reason of its own tells the others first, so that they repeat it; in elastic runs
+        a failed collective goes to Horovod Elastic instead, which rolls back and goes on with the survivors.
+        """
+        self.world = world
+        self._guard.start_heartbeats(world, step)
+        if world.is_chief:
+            self._guard.heartbeats.checkpoint = checkpoint
+        self._stop.install(watch_launcher=world.size > 1)
+        try:
+            yield
+        except WriteFailed as err:
+            self._guard.state(err)  # the others add the last good checkpoint themselves
+            raise WriteFailed(f"{err}{self.last_checkpoint()}; free space and rerun with --resume") from None
+        except RunEnded as err:
+            self._guard.state(err)
+            raise
+        except Exception as err:
+            if self.elastic and (signal := elastic_signal(err)) is not None:
+                raise signal from None
+            ended = crashed(err, self.crash_dir)
+            self._guard.state(ended)  # the others repeat this rank's cause instead of "a worker died"
+            raise ended from None
+        finally:
+            self._stop.uninstall()
+            self._guard.stop_heartbeats()
+
+    def training_done(self) -> None:
+        """No stop request can be honoured after the last step: a signal now ends the process as usual."""
+        self._stop.uninstall()
+
+    # --- what training tells it --------------------------------------------------------------------------------
+
+    def progress(self, step: int) -> None:
+        """This rank reached `step` (the heartbeats carry it to rank 0)."""
+        self._guard.heartbeats.step = step
+
+    def checkpointed(self, path: str) -> None:
+        """Rank 0 wrote a good checkpoint: every rank can name it from now on if the run fails."""
+        self._guard.heartbeats.checkpoint = path
+
+    def last_checkpoint(self) -> str:
+        """'; last good checkpoint: PATH' (or none), the tail of every failure's line."""
+        return self._guard.last_checkpoint()
+
+    # --- what training asks it ---------------------------------------------------------------------------------
+
+    @property
+    def stop_vote(self) -> float:
+        """1.0 once a stop was requested on this rank (averaged over the ranks with the metrics), else 0.0."""
+        return self._stop.vote
+
+    def stopped(self, step: int, saved: str) -> StopRequested:
+        """The ending of a run that every rank stopped at `step` after a stop request, with its checkpoint."""
+        return StopRequested(f"{self._stop.reason} at step {step}; {saved}; continue with --resume",
+                             self._stop.exit_code())
+
+    @property
+    def stop_reason(self) -> str:
+        return self._stop.reason
+
+    def planned_fault(self, point: str) -> int | None:
+        """The step at which a fault is injected at `point` on this rank (the reliability tests), or None."""
+        return faults.planned_step(point, self.world.rank)
+
+    def fault(self, point: str, step: int) -> None:
+        """Inject the planned fault if it is due here (a real signal to this process, or an exception)."""
+        faults.maybe_fault(point, self.world.rank, step)
