@@ -3,28 +3,18 @@ how it decides the time-to-accuracy race, on made-up records."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench.configs import cpu_configs  # scripts/bench: conftest's import of helpers put scripts/ on sys.path
+from bench.race import race_contenders, race_possible, race_target
+from bench.report import write_results
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def load_benchmark():
-    """scripts/benchmark.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("benchmark", ROOT / "scripts" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["benchmark"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-benchmark = load_benchmark()
 
 
 def racer(wall_s: float, reached: bool = True) -> dict:
@@ -87,20 +77,30 @@ def test_gpu_mode_fails_in_one_line_without_a_gpu(tmp_path):
     ({"error": "exit 1"}, racer(12), None, None),  # a failed run decides nothing
 ])
 def test_time_to_accuracy_target_compares_wall_time_to_the_target(hvd, peer, met, ratio):
-    target = benchmark.race_target({"contenders": {"hvd_mnist": hvd, "best_peer": peer}})
+    target = race_target({"contenders": {"hvd_mnist": hvd, "best_peer": peer}})
     assert target["met"] is met
     assert target["ratio"] == (pytest.approx(ratio) if ratio else None)
 
 
 def test_time_to_accuracy_target_is_not_measured_without_a_race():
-    assert benchmark.race_target(None)["met"] is None
+    assert race_target(None)["met"] is None
 
 
 def test_racers_are_the_faster_hvd_launcher_and_the_fastest_peer_at_batch_100():
-    configs = benchmark.cpu_configs()
+    configs = cpu_configs()
     rates = {"hvd_np2_gloo": 20_000, "hvd_np2_mpirun": 44_000, "peer_mwms": 21_000, "peer_torch_ddp": 27_000}
-    summary = {key: {"100": {"examples_per_sec": {"median": rate}}} for key, rate in rates.items()}
-    racers = benchmark.race_contenders(summary, configs)
+    summary = {key: {100: {"examples_per_sec": {"median": rate}}} for key, rate in rates.items()}
+    racers = race_contenders(summary, configs)
     assert (racers["hvd_mnist"].key, racers["best_peer"].key) == ("hvd_np2_mpirun", "peer_torch_ddp")
-    assert benchmark.race_contenders({}, configs) == {"hvd_mnist": None, "best_peer": None}
-    assert not benchmark.race_possible([c for c in configs if c.key in ("floor", "peer_torch_ddp")])
+    assert race_contenders({}, configs) == {"hvd_mnist": None, "best_peer": None}
+    assert not race_possible([c for c in configs if c.key in ("floor", "peer_torch_ddp")])
+
+
+def test_results_json_keys_batches_as_strings_and_the_allreduce_as_any(tmp_path):
+    stats = {"examples_per_sec": {"median": 1.0, "min": 1.0, "max": 1.0, "n": 1}}
+    results = {"summary": {"floor": {100: stats}, "allreduce_gloo": {None: stats}}, "derived": {100: {}}}
+    write_results(tmp_path / "results.json", results)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["summary"] == {"floor": {"100": stats}, "allreduce_gloo": {"any": stats}}
+    assert written["derived"] == {"100": {}}
+    assert 100 in results["summary"]["floor"]  # the caller's int keys are left as they were
