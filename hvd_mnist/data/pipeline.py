@@ -26,10 +26,9 @@ def shard(split: Split, rank: int, size: int) -> Split:
 def _not_autotuned() -> tf.data.Options:
     """tf.data's autotuning off, for the training pipeline (with a fixed prefetch of two batches).
 
-    Deleting an autotuned iterator that is not exhausted (the training iterator, at every run's end) blocked
-    for 1-5 s on TF 2.21 (measured: the stall between the last step and the end of training in the
-    time-to-accuracy race). A batch is a gather from memory, far faster than a step, so two ready batches
-    are all the overlap a step needs.
+    Deleting an autotuned iterator that is not exhausted (the training iterator, at every run's end) blocks
+    for seconds on TF 2.21 (docs/benchmark.md). A batch is a gather from memory, far faster than a step, so
+    two ready batches are all the overlap a step needs.
     """
     options = tf.data.Options()
     options.autotune.enabled = False
@@ -88,8 +87,8 @@ def train_dataset(
 def eval_batches(split: Split, batch_size: int, rank: int, size: int) -> list[tuple[tf.Tensor, tf.Tensor]]:
     """This rank's shard of an evaluation split as in-memory (uint8 images, int64 labels) batches, in order.
 
-    Made once and reused at every evaluation: building a tf.data pipeline per evaluation cost 20 of its
-    48 ms (2,500 examples per rank, measured).
+    Made once and reused at every evaluation: building a tf.data pipeline per evaluation cost as much as
+    evaluating (docs/benchmark.md).
     """
     mine = shard(split, rank, size)
     return [(tf.constant(mine.images[start:start + batch_size]), tf.constant(mine.labels[start:start + batch_size]))

@@ -48,8 +48,7 @@ def init_horovod() -> str:
     Sharing COMM_WORLD lets code written with mpi4py (e.g. site-specific barriers or gathers)
     run beside Horovod in the same job without a second MPI initialization. Open MPI is told to yield
     the core while it waits (unless the user set it): its busy polling in Horovod's per-cycle
-    coordination otherwise takes CPU from the compute threads (measured: 25 -> 17 ms/step, batch
-    1000, 2 ranks on 2 cores).
+    coordination otherwise takes CPU from the compute threads (docs/benchmark.md).
     """
     if launched_by_plain_mpirun() and hvd.mpi_built():
         os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
