@@ -1,12 +1,114 @@
-"""Helpers shared by the tests (fixtures stay in conftest.py)."""
+"""Helpers shared by the tests (fixtures stay in conftest.py): paths, launching the trainer, reading its
+metrics, waiting, damaging files."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench.launching import BIN, launcher_env  # noqa: E402  (shared with scripts/benchmark.py)
 
-__all__ = ["BIN", "ROOT", "launcher_env"]
+TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
+
+__all__ = ["BIN", "ROOT", "TIMEOUT", "example_ids", "flip_a_byte", "launcher_env", "metrics_events", "metrics_so_far",
+           "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command", "wait_for", "wait_for_step"]
+
+
+# --- launching --------------------------------------------------------------------------------------------------
+
+def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
+    """argv that starts `python -m hvd_mnist ARGS` on np_ ranks with the named launcher."""
+    module = [sys.executable, "-m", "hvd_mnist", *args]
+    if launcher == "python":
+        assert np_ == 1
+        return module
+    if launcher == "horovodrun":  # the README's command: MPI where Open MPI is installed
+        return [str(BIN / "horovodrun"), "-np", str(np_), *module]
+    if launcher == "gloo":
+        return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}", *module]
+    if launcher == "horovodrun-mpi":
+        return [str(BIN / "horovodrun"), "--mpi", "-np", str(np_), "-H", f"localhost:{np_}", *module]
+    if launcher == "mpirun":
+        return ["mpirun", "--allow-run-as-root", "-np", str(np_), "--bind-to", "none", *module]
+    raise ValueError(launcher)
+
+
+def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None, check: bool = True,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the trainer for real and return the finished process (output captured)."""
+    proc = subprocess.run(trainer_command(launcher, np_, *args), cwd=cwd, env={**launcher_env(), **(extra_env or {})},
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"trainer exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
+                             f"stderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m hvd_mnist ARGS` in one process, without a launcher, output captured, never checked."""
+    return subprocess.run([sys.executable, "-m", "hvd_mnist", *args], capture_output=True, text=True,
+                          env=launcher_env(), cwd=cwd, timeout=TIMEOUT)
+
+
+def sshd_privsep_dir() -> None:
+    """sshd -t and sshd -D need /run/sshd, which a fresh machine has only once something makes it."""
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+
+
+# --- a run's metrics.jsonl --------------------------------------------------------------------------------------
+
+def metrics_events(text: str) -> list[dict]:
+    """The events of metrics.jsonl text (one JSON object a line), in order."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The events of a finished run's metrics.jsonl, in order."""
+    return metrics_events((run_dir / "metrics.jsonl").read_text())
+
+
+def metrics_so_far(run_dir: Path) -> list[dict]:
+    """The complete lines of the metrics.jsonl of a run still writing it; none before the file exists."""
+    path = run_dir / "metrics.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return metrics_events(text[:text.rfind("\n") + 1])  # a line being written has no newline yet
+
+
+# --- waiting ----------------------------------------------------------------------------------------------------
+
+def wait_for(condition: Callable[[], object], seconds: float, what: str = "the condition") -> None:
+    """Poll `condition` until it is true; fail the test, naming `what`, if `seconds` pass first."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {seconds:g} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def wait_for_step(run_dir: Path, step: int, seconds: float = TIMEOUT) -> None:
+    """Wait until the run in `run_dir` has logged a training step at or after `step` in its metrics.jsonl."""
+    wait_for(lambda: any(e["event"] == "train" and e["step"] >= step for e in metrics_so_far(run_dir)), seconds,
+             f"{run_dir} to log step {step}")
+
+
+# --- data -------------------------------------------------------------------------------------------------------
+
+def flip_a_byte(path: Path) -> Path:
+    """Invert the byte in the middle of the file at `path` (damage that keeps its size); returns `path`."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def example_ids(images: np.ndarray) -> list[int]:
+    """Recover tiny_split indices from pipeline output (uint8 pixels)."""
+    pixels = np.asarray(images)[:, :2].astype(int)
+    return list(pixels[:, 0] * 256 + pixels[:, 1])

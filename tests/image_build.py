@@ -12,7 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 PODMAN_CONF = ROOT / "docker" / "podman-containers.conf"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TAG = "hvd-mnist-test"

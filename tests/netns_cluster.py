@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import sshd_privsep_dir
+from helpers import sshd_privsep_dir
 
 SSHD = "/usr/sbin/sshd"
 INTERFACE = "hvd0"

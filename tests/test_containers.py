@@ -4,7 +4,6 @@ the host's user, and a two-container cluster over the image's own sshd, launched
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 
 import image_build
 import pytest
+from helpers import metrics_events, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -73,10 +73,6 @@ def image(engine_cli: Engine) -> str:
     return image_build.IMAGE
 
 
-def end_event(text: str) -> dict:
-    return [json.loads(line) for line in text.splitlines() if line.strip()][-1]
-
-
 def test_image_prints_help_as_a_non_root_user_on_python_313(engine_cli, image):
     proc = engine_cli.run(image)
     assert proc.stdout.startswith("usage: hvd-mnist")
@@ -106,7 +102,7 @@ def test_a_host_directory_is_the_run_directory_written_as_the_host_user(engine_c
     assert (run_dir / "export" / "saved_model.pb").is_file()
     assert list((run_dir / "events").glob("events.out.tfevents.*"))
     assert all(path.stat().st_uid == 1234 for path in run_dir.rglob("*"))
-    end = end_event((run_dir / "metrics.jsonl").read_text())
+    end = read_metrics(run_dir)[-1]
     assert end["step"] == 100 and len(set(end["weights_sha256"])) == 1
 
 
@@ -146,6 +142,6 @@ def test_a_two_container_cluster_trains_with_identical_weights(engine_cli, clust
     proc = engine_cli("exec", cluster["a"], *command, *SHORT_RUN, "--output-dir", run_dir)
     output = proc.stdout + proc.stderr
     assert "2 rank(s) over" in output and "weights identical on all 2 ranks" in output, output[-3000:]
-    end = end_event(engine_cli("exec", cluster["a"], "cat", f"{run_dir}/metrics.jsonl").stdout)
+    end = metrics_events(engine_cli("exec", cluster["a"], "cat", f"{run_dir}/metrics.jsonl").stdout)[-1]
     assert end["step"] == 100 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
     assert engine_cli("exec", cluster["b"], "test", "-e", run_dir, check=False).returncode != 0

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import example_ids
+from helpers import example_ids
 
 from hvd_mnist.data.pipeline import eval_batches, scale_pixels, train_dataset
 from hvd_mnist.data.records import FEATURES, read_records, serialize_example, write_records

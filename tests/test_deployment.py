@@ -20,10 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import launcher_env, read_metrics, sshd_privsep_dir
+from helpers import BIN, ROOT, launcher_env, read_metrics, sshd_privsep_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DOCKERFILES = {"gpu": ROOT / "docker" / "Dockerfile", "cpu": ROOT / "docker" / "Dockerfile.cpu"}
 SHELL_SCRIPTS = ["docker/entrypoint.sh", "scripts/mpirun_cluster.sh", "scripts/slurm.sbatch", "scripts/gpu_check.sh",
                  "scripts/setup_env.sh", "scripts/build_horovod.sh", "scripts/build_images.sh"]

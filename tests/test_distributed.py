@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import BIN, launcher_env, read_metrics, run_trainer, trainer_command
+from helpers import BIN, launcher_env, read_metrics, run_trainer, trainer_command
 
 pytestmark = pytest.mark.slow
 

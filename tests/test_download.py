@@ -1,6 +1,7 @@
 """MNIST download and SHA-256 check, against a local file:// mirror (tests never touch the network)."""
 
 import hashlib
+import re
 
 import pytest
 
@@ -33,6 +34,11 @@ def test_checksum_mismatch_is_rejected_and_nothing_kept(tmp_path, mirror):
     assert list((tmp_path / "dest").iterdir()) == []
 
 
-def test_published_checksums_are_the_standard_ones():
-    assert download.MNIST_SHA256["train-images-idx3-ubyte.gz"].startswith("440fcabf73cc546f")
-    assert len(download.MNIST_SHA256) == 4
+def test_a_published_checksum_for_each_standard_file():
+    """The four standard MNIST file names, each with its own well-formed SHA-256 digest (a truncated,
+    upper-case, pasted-twice or missing digest would never match a download)."""
+    assert set(download.MNIST_SHA256) == {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}
+    digests = list(download.MNIST_SHA256.values())
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in digests), digests
+    assert len(set(digests)) == 4, digests

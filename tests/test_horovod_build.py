@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, TIMEOUT, launcher_env
+from helpers import BIN, TIMEOUT, launcher_env
 
 pytestmark = pytest.mark.slow
 IDLE_S = 2.0

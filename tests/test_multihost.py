@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import launcher_env, read_metrics
+from helpers import BIN, ROOT, launcher_env, read_metrics
 from netns_cluster import ClusterUnavailable, NetnsCluster
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-HOROVODRUN = Path(sys.executable).parent / "horovodrun"
 RUN_TIMEOUT_S = 300
 SHORT_RUN = ("--steps", "40", "--lr", "0.1", "--checkpoint-every", "20", "--log-every", "10")
 
@@ -44,8 +41,8 @@ def launch_command(launcher: str, hosts: str) -> list[str]:
     if launcher == "mpirun_cluster.sh":
         return ["bash", str(ROOT / "scripts" / "mpirun_cluster.sh"), "-H", hosts, "--"]
     controller = launcher.removeprefix("horovodrun-")
-    return [str(HOROVODRUN), f"--{controller}", "--disable-cache", "--start-timeout", "60", "-np", "2", "-H", hosts,
-            *trainer]
+    return [str(BIN / "horovodrun"), f"--{controller}", "--disable-cache", "--start-timeout", "60", "-np", "2",
+            "-H", hosts, *trainer]
 
 
 @pytest.mark.parametrize(("launcher", "controller"), [("horovodrun-gloo", "gloo"), ("horovodrun-mpi", "mpi"),

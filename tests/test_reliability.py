@@ -12,16 +12,35 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import BIN, launcher_env, read_metrics, run_trainer, trainer_command
+from helpers import (
+    BIN,
+    TIMEOUT,
+    flip_a_byte,
+    launcher_env,
+    read_metrics,
+    run_trainer,
+    trainer_command,
+    wait_for,
+    wait_for_step,
+)
+
+from hvd_mnist.config import TrainConfig
 
 pytestmark = pytest.mark.slow
 
 RUN = ("--lr", "0.1", "--log-every", "10", "--checkpoint-every", "20")
+DEFAULT_COLLECTIVE_TIMEOUT_S = TrainConfig().collective_timeout  # the watchdog every test below must beat
+RANK_EXIT_S = 30  # how long the kernel may take to tear down ranks whose launcher has returned
 
 
 def latest_step(run_dir: Path) -> int | None:
     path = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
     return None if path is None else int(path.rsplit("-", 1)[1])
+
+
+def wait_for_checkpoint(run_dir: Path) -> None:
+    """Wait until the run in `run_dir` has written its first checkpoint."""
+    wait_for(lambda: latest_step(run_dir) is not None, TIMEOUT, f"a checkpoint in {run_dir}")
 
 
 def assert_checkpoint_readable(run_dir: Path, step: int) -> None:
@@ -39,14 +58,13 @@ def test_killed_worker_ends_the_job_and_resume_finishes(tmp_path, launcher):
     run_dir = tmp_path / "run"
     args = (*RUN, "--steps", "120", "--output-dir", str(run_dir))
     env = {"HVD_MNIST_FAULT": "step:rank=1:step=57"}  # SIGKILL rank 1 right after step 57
-    started = time.monotonic()
     proc = run_trainer(launcher, 2, *args, check=False, extra_env=env)
-    elapsed = time.monotonic() - started
     assert proc.returncode != 0
-    assert elapsed < 120, f"the job took {elapsed:.0f}s to notice the dead worker"
     last_event = read_metrics(run_dir)[-1]
     detect_seconds = time.time() - last_event["time"]  # upper bound: from rank 0's last log line to now
-    assert last_event["step"] == 50 and detect_seconds < 60
+    assert last_event["step"] == 50
+    # Below the watchdog's 120 s (--collective-timeout's default): the broken connection ended the job, not a timeout.
+    assert detect_seconds < DEFAULT_COLLECTIVE_TIMEOUT_S - 20, f"the job took {detect_seconds:.0f} s to notice"
     assert latest_step(run_dir) == 40
     assert_checkpoint_readable(run_dir, 40)
     resumed = run_trainer(launcher, 2, *args, "--resume")
@@ -82,7 +100,7 @@ def test_resume_with_a_different_world_size(tmp_path, first, second):
     assert events[-1]["event"] == "end" and len(events[-1]["weights_sha256"]) == second
 
 
-def _rank_pid(marker: str, rank: int) -> int | None:
+def rank_pid(marker: str, rank: int) -> int | None:
     """PID of the trainer process of `rank` (under horovodrun or mpirun) whose command line contains marker."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -98,23 +116,25 @@ def _rank_pid(marker: str, rank: int) -> int | None:
     return None
 
 
+def wait_for_ranks_to_exit(run_dir: Path, seconds: float = RANK_EXIT_S) -> None:
+    """Wait until neither trainer rank of the run in `run_dir` is left running (the kernel may still be tearing
+    down a rank its launcher killed when the launcher itself returns)."""
+    wait_for(lambda: rank_pid(str(run_dir), 0) is None and rank_pid(str(run_dir), 1) is None, seconds,
+             f"the ranks of {run_dir} to exit")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_on_rank0_checkpoints_and_stops_every_rank(tmp_path, signum):
     run_dir = tmp_path / "run"
     command = trainer_command("gloo", 2, *RUN, "--steps", "100000", "--output-dir", str(run_dir))
     proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            metrics = run_dir / "metrics.jsonl"
-            if metrics.exists() and any(e["event"] == "train" and e["step"] >= 30 for e in read_metrics(run_dir)):
-                break
-            time.sleep(0.2)
-        pid = _rank_pid(str(run_dir), 0)
+        wait_for_step(run_dir, 30)
+        pid = rank_pid(str(run_dir), 0)
         assert pid is not None, "rank 0 not found"
         os.kill(pid, signum)
         sent = time.monotonic()
-        output, _ = proc.communicate(timeout=60)
+        output, _ = proc.communicate(timeout=TIMEOUT)
         stop_seconds = time.monotonic() - sent
     finally:
         proc.kill()
@@ -124,8 +144,9 @@ def test_signal_on_rank0_checkpoints_and_stops_every_rank(tmp_path, signum):
     assert latest_step(run_dir) == stopped["step"]
     assert_checkpoint_readable(run_dir, stopped["step"])
     assert f"hvd-mnist: stopped: {signal.Signals(signum).name} at step {stopped['step']}" in output
-    assert stop_seconds < 30
-    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None
+    # Below the 120 s watchdog: the ranks stopped by agreement, none was left waiting for the other.
+    assert stop_seconds < DEFAULT_COLLECTIVE_TIMEOUT_S - 20, stop_seconds
+    wait_for_ranks_to_exit(run_dir)
 
 
 def test_nan_loss_stops_all_ranks_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -168,7 +189,7 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
                                 *extra)]
     signal_name = "STOP" if fault == "stopped" else "KILL"
     env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:signal={signal_name}:once={tmp_path / 'fired'}"}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=2 * TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fired").exists()
     starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
@@ -180,7 +201,10 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
         assert [(e["global_batch"], e["accumulate"]) for e in starts] == [(200, 1), (100, 1), (200, 1)]
     if fault == "stopped":
         assert "rank(s) 1 stopped answering for 20 s; killed, so that the others go on" in proc.stdout + proc.stderr
-        assert 20 <= starts[1]["time"] - starts[0]["time"] < 50  # the reset came after the timeout, not later
+        # From step 200's line (the last before the stop at 205) to the reset: after the 20 s timeout, and before
+        # Gloo's own timeout (20 + 30 s) could have been what ended the hung allreduce.
+        (before_stop,) = [e for e in read_metrics(run_dir) if e["event"] == "train" and e["step"] == 200][:1]
+        assert 20 <= starts[1]["time"] - before_stop["time"] < 50
     end = read_metrics(run_dir)[-1]
     assert end["step"] == 3000 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
 
@@ -199,15 +223,16 @@ def test_a_stopped_worker_ends_every_rank_within_the_collective_timeout(tmp_path
     assert proc.returncode != 0
     last_event = read_metrics(run_dir)[-1]
     assert last_event["step"] == 50
-    # Rank 0 logged step 50 before the stop at step 57, so this bounds the time from the stop to the exit.
-    assert timeout <= ended - last_event["time"] < timeout + 30, ended - last_event["time"]
+    # Rank 0 logged step 50 before the stop at step 57, so this bounds the time from the stop to the exit: not
+    # before the timeout, and then no longer than the launcher takes to end, even on a loaded machine.
+    assert timeout <= ended - last_event["time"] < timeout + 60, ended - last_event["time"]
     lines = error_lines(proc)
     assert len(lines) == 1, lines  # the stopped rank says nothing; the other says why, once
     assert f"no progress for {timeout} s (training after step 50)" in lines[0]  # its call from 50 to 60 hangs
     assert f"rank(s) {stopped} stopped answering" in lines[0]
     assert f"last good checkpoint: {run_dir}/checkpoints/ckpt-40" in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None
+    wait_for_ranks_to_exit(run_dir)
     assert latest_step(run_dir) == 40
     assert_checkpoint_readable(run_dir, 40)
 
@@ -216,10 +241,7 @@ def test_resume_skips_a_damaged_newest_checkpoint(tmp_path):
     """Bytes flipped in the newest checkpoint's data: --resume names it, resumes from the one before, finishes."""
     run_dir = tmp_path / "run"
     run_trainer("gloo", 2, *RUN, "--steps", "60", "--output-dir", str(run_dir))
-    data = run_dir / "checkpoints" / "ckpt-60.data-00000-of-00001"
-    damaged = bytearray(data.read_bytes())
-    damaged[len(damaged) // 2] ^= 0xFF
-    data.write_bytes(bytes(damaged))
+    flip_a_byte(run_dir / "checkpoints" / "ckpt-60.data-00000-of-00001")
     proc = run_trainer("gloo", 2, *RUN, "--steps", "80", "--output-dir", str(run_dir), "--resume")
     output = proc.stdout + proc.stderr
     assert f"checkpoint {run_dir}/checkpoints/ckpt-60 is damaged (" in output and "Checksum does not match" in output
@@ -227,16 +249,6 @@ def test_resume_skips_a_damaged_newest_checkpoint(tmp_path):
     starts = [e for e in read_metrics(run_dir) if e["event"] == "start"]
     assert [e["start_step"] for e in starts] == [0, 40]
     assert read_metrics(run_dir)[-1]["step"] == 80 and latest_step(run_dir) == 80
-
-
-@pytest.fixture
-def small_mount(tmp_path):
-    """A 300 MiB tmpfs: room for the start-up check (256 MiB free), small enough to fill from outside."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def fill(mount_point: Path, leave: int) -> Path:
@@ -248,10 +260,11 @@ def fill(mount_point: Path, leave: int) -> Path:
 
 
 @pytest.mark.parametrize("what", ["checkpoint", "metrics"])
-def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(small_mount, what):
+def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(tmpfs, what):
     """The output file system fills up while training runs (after step 520): rank 0's next write (the checkpoint
     at step 1000, or a metrics or summary line) fails; every rank ends with that cause in one line, no torn
     checkpoint is left, and once space is freed --resume finishes from ckpt-500."""
+    small_mount = tmpfs("300m")  # room for the start-up check (256 MiB free), small enough to fill from outside
     run_dir = small_mount / "run"
     checkpoint_every = "500" if what == "checkpoint" else "100000"
     command = trainer_command("gloo", 2, *RUN[:2], "--log-every", "10", "--checkpoint-every", checkpoint_every,
@@ -260,12 +273,9 @@ def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(small_mount, 
         command += ["--checkpoint-every", "500"]  # the last one wins: ckpt-500, then no checkpoint in the window
     proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                (run_dir / "metrics.jsonl").exists() and '"step": 520,' in (run_dir / "metrics.jsonl").read_text()):
-            time.sleep(0.05)
+        wait_for_step(run_dir, 520)
         filler = fill(small_mount, leave=2**20 if what == "checkpoint" else 0)
-        output, _ = proc.communicate(timeout=120)
+        output, _ = proc.communicate(timeout=TIMEOUT)
     finally:
         proc.kill()
         proc.wait()
@@ -316,20 +326,18 @@ def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
         first = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir",
                                                  str(run_dir)), env=launcher_env(), stdout=out, stderr=out)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and latest_step(run_dir) is None:
-            time.sleep(0.1)
+        wait_for_checkpoint(run_dir)
         for flag in ("--overwrite", "--resume"):
             second = run_trainer("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir), flag,
                                  check=False)
             assert second.returncode == 2
             lines = error_lines(second)
-            holder = f"{socket.gethostname()}, pid {_rank_pid(str(run_dir), 0)}"  # rank 0, not the launcher
+            holder = f"{socket.gethostname()}, pid {rank_pid(str(run_dir), 0)}"  # rank 0, not the launcher
             assert lines and all(f"{run_dir} is in use by a run still going ({holder})" in line for line in lines), \
                 lines
         assert first.poll() is None
         first.send_signal(signal.SIGTERM)  # mpirun passes it on: the ranks stop together, with a checkpoint
-        first.wait(timeout=120)
+        first.wait(timeout=TIMEOUT)
     finally:
         first.kill()
         first.wait()
@@ -345,21 +353,18 @@ def test_ranks_orphaned_by_a_killed_launcher_stop_together_with_a_checkpoint(tmp
     run_dir = tmp_path / "run"
     launcher = subprocess.Popen(trainer_command("mpirun", 2, *RUN, "--steps", "1000000", "--output-dir", str(run_dir)),
                                 env=launcher_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and latest_step(run_dir) is None:
-        time.sleep(0.1)
-    launcher.kill()
-    launcher.wait()
-    killed = time.monotonic()
     try:
-        while time.monotonic() - killed < 60 and (_rank_pid(str(run_dir), 0) or _rank_pid(str(run_dir), 1)):
-            time.sleep(0.2)
-        assert _rank_pid(str(run_dir), 0) is None and _rank_pid(str(run_dir), 1) is None, "orphaned ranks still run"
+        wait_for_checkpoint(run_dir)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    try:
+        # Well below the 120 s watchdog: each rank notices in a second, then they stop at the next agreement.
+        wait_for_ranks_to_exit(run_dir, seconds=60)
     finally:  # never leave them training on the machine's cores for the rest of the suite
         for rank in (0, 1):
-            if pid := _rank_pid(str(run_dir), rank):
+            if pid := rank_pid(str(run_dir), rank):
                 os.kill(pid, signal.SIGKILL)
-    assert time.monotonic() - killed < 30
     stopped = read_metrics(run_dir)[-1]
     assert stopped["event"] == "stopped" and stopped["reason"].startswith("the launcher is gone")
     assert latest_step(run_dir) == stopped["step"]
