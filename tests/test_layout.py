@@ -1,4 +1,6 @@
-"""The house's one rule: hvd_mnist.runtime (what keeps a run alive) never imports hvd_mnist.train (what trains)."""
+"""The house's rules: hvd_mnist.runtime (what keeps a run alive) never imports hvd_mnist.train (what trains), and
+train reaches runtime only through its door: the Supervisor, and plain values (World, RunDir, the start-up
+phases, `writing`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import pytest
 from helpers import ROOT
 
 RUNTIME = ROOT / "hvd_mnist" / "runtime"
+TRAIN = ROOT / "hvd_mnist" / "train"
+DOOR = {f"hvd_mnist.runtime.{name}" for name in ("supervisor", "distribution", "rundir", "startup", "writes")}
 
 
 def imported_modules(source: str, path: Path) -> set[str]:
@@ -36,6 +40,24 @@ def test_runtime_never_imports_train():
     offenders = {str(path.relative_to(ROOT)): imports_train(imported_modules(path.read_text(), path))
                  for path in files}
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def runtime_modules(names: set[str]) -> set[str]:
+    """The runtime modules among `names` (a name imported from one counts as that module)."""
+    return {".".join(name.split(".")[:3]) for name in names if name.startswith("hvd_mnist.runtime.")}
+
+
+def test_train_reaches_runtime_only_through_its_door():
+    files = sorted(TRAIN.rglob("*.py"))
+    assert len(files) > 5, f"no training modules found under {TRAIN}"
+    used = {str(path.relative_to(ROOT)): runtime_modules(imported_modules(path.read_text(), path)) for path in files}
+    assert "hvd_mnist.runtime.supervisor" in set().union(*used.values())
+    assert {path: sorted(modules - DOOR) for path, modules in used.items() if modules - DOOR} == {}
+
+
+def test_the_door_rule_sees_a_way_around_the_supervisor():
+    names = imported_modules("from hvd_mnist.runtime.heartbeats import Heartbeats", TRAIN / "probe.py")
+    assert runtime_modules(names) - DOOR == {"hvd_mnist.runtime.heartbeats"}
 
 
 @pytest.mark.parametrize("source", ["import hvd_mnist.train.loop", "from hvd_mnist.train import replica",

@@ -8,15 +8,21 @@ that every rank can repeat. Lightning keeps the same machinery in connectors bes
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
 from hvd_mnist.runtime import faults
 from hvd_mnist.runtime.distribution import World
-from hvd_mnist.runtime.elastic import elastic_signal
+from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
+from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.stopping import StopSignal
+
+T = TypeVar("T")
 
 
 class Supervisor:
@@ -29,6 +35,7 @@ class Supervisor:
         self.world: World | None = None
         self._guard = CollectiveGuard(collective_timeout, elastic)
         self._stop = StopSignal()
+        self._elastic_state: VariablesState | None = None
 
     # --- the session's ends ------------------------------------------------------------------------------------
 
@@ -76,6 +83,18 @@ class Supervisor:
         finally:
             self._stop.uninstall()
             self._guard.stop_heartbeats()
+
+    def run_elastic(self, variables: list[tf.Variable], broadcast: Callable[[], None], world: World, run_dir: RunDir,
+                    train: Callable[[World], T], on_reset: Callable[[], None]) -> T:
+        """Horovod Elastic: `train(world)` after every reset, once the survivors rolled `variables` back to the last
+        commit and `broadcast` gave a joining worker rank 0's values; `on_reset` is told of each reset."""
+        self._elastic_state = VariablesState(variables, broadcast)
+        self._elastic_state.register_reset_callbacks([on_reset])
+        return run_elastic(self._elastic_state, world, run_dir, train)
+
+    def commit(self) -> None:
+        """An elastic commit: a reset rolls back to here."""
+        self._elastic_state.commit()
 
     def training_done(self) -> None:
         """No stop request can be honoured after the last step: a signal now ends the process as usual."""

@@ -15,7 +15,6 @@ from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.errors import RunEnded, UserError
 from hvd_mnist.runtime.distribution import World, on_chief
-from hvd_mnist.runtime.elastic import VariablesState, run_elastic
 from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.startup import phase_done, phases
 from hvd_mnist.runtime.supervisor import Supervisor
@@ -58,7 +57,6 @@ class TrainingLoop:
         self.checkpoints = Checkpoints(run_dir.checkpoints, run_dir.best_checkpoints, config.keep_checkpoints,
                                        **self.replica.trackables())
         self.reporter = Reporter(None, enabled=False)
-        self.elastic: VariablesState | None = None
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
 
     # --- the story ---------------------------------------------------------------------------------------------
@@ -89,7 +87,7 @@ class TrainingLoop:
     def _train(self, start_step: int) -> tuple[int, float]:
         """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""
         config, replica, supervisor = self.config, self.replica, self.supervisor
-        cadence = Cadence.of(config, elastic=self.elastic is not None, fault_step=supervisor.planned_fault("step"))
+        cadence = Cadence.of(config, elastic=config.elastic, fault_step=supervisor.planned_fault("step"))
         batches = iter(train_dataset(self.data.train, config.batch_size, self.world.rank, self.world.size,
                                      config.seed, shuffle=config.shuffle,
                                      start_step=start_step * replica.plan.micro_batches))
@@ -110,7 +108,7 @@ class TrainingLoop:
             if Action.FAULT in due:
                 supervisor.fault("step", step)
             if Action.COMMIT in due:
-                self.elastic.commit()
+                supervisor.commit()
             stopping = False
             if due & REPORTED:
                 loss, stopping = self._report(step, due, metrics, throughput)
@@ -255,9 +253,6 @@ class TrainingLoop:
         """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
         if self.config.restores and self.world.is_chief:  # the first sync gives every rank rank 0's state
             log.info("resumed from %s", self.checkpoints.restore_newest_intact(self.config.resume_from))
-        self.elastic = VariablesState(self.replica.synced_variables, self.replica.broadcast_from_chief)
-        self.elastic.register_reset_callbacks([lambda: log.warning(
-            "elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(), int(self.replica.step.numpy()))])
 
         def train(world: World) -> RunResult:  # after Horovod's sync: a worker that just joined has rank 0's state
             self.world = world
@@ -265,4 +260,9 @@ class TrainingLoop:
             self._log_plan()
             return self._run()
 
-        return run_elastic(self.elastic, self.world, self.run_dir, train)
+        def on_reset() -> None:
+            log.warning("elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(),
+                        int(self.replica.step.numpy()))
+
+        return self.supervisor.run_elastic(self.replica.synced_variables, self.replica.broadcast_from_chief, self.world,
+                                           self.run_dir, train, on_reset)
