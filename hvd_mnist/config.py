@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,10 +111,6 @@ class TrainConfig:
     def evaluates(self) -> bool:
         """Whether the run evaluates during training, and so holds a validation split out of the training data."""
         return self.eval_every > 0
-
-    def to_json(self) -> str:
-        """The configuration as JSON (paths as strings)."""
-        return json.dumps(dataclasses.asdict(self), default=str, indent=2, sort_keys=True)
 
 
 def flag(name: str) -> str:

@@ -172,7 +172,7 @@ def test_overwrite_replaces_only_when_asked(tmp_path):
         prepare("--output-dir", str(run_dir))
     assert (run_dir / "metrics.jsonl").read_text() == "old run\n"
     prepare("--output-dir", str(run_dir), "--overwrite")
-    assert not (run_dir / "metrics.jsonl").exists() and (run_dir / "config.json").is_file()
+    assert not (run_dir / "metrics.jsonl").exists() and (run_dir / "config.toml").is_file()
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ def test_a_host_directory_is_the_run_directory_written_as_the_host_user(engine_c
     engine_cli.run("--user", "1234:1234", "-v", f"{runs}:/workspace/runs", image,
                    "horovodrun", "-np", "2", "python", "-m", "hvd_mnist", *SHORT_RUN, "--output-dir", "runs/cpu-smoke")
     run_dir = runs / "cpu-smoke"
-    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "metrics.jsonl", "checkpoints", "events", "export"}
+    assert {p.name for p in run_dir.iterdir()} >= {"config.toml", "metrics.jsonl", "checkpoints", "events", "export"}
     assert (run_dir / "checkpoints" / "ckpt-100.index").is_file()
     assert (run_dir / "export" / "saved_model.pb").is_file()
     assert list((run_dir / "events").glob("events.out.tfevents.*"))

@@ -68,7 +68,7 @@ def test_mpirun_rank1_writes_nothing(tmp_path):
     assert "2 rank(s) over mpi" in proc.stdout + proc.stderr
     assert list(dirs[1].iterdir()) == []
     out = dirs[0] / "out"
-    assert {p.name for p in out.iterdir()} == {".lock", "checkpoints", "config.json", "events", "export",
+    assert {p.name for p in out.iterdir()} == {".lock", "checkpoints", "config.toml", "events", "export",
                                                "metrics.jsonl"}
     end = read_metrics(out)[-1]
     assert len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hvd_mnist.config import TrainConfig
+from hvd_mnist.config_file import experiment_toml
 from hvd_mnist.errors import UserError
 
 DEFAULT_ROOT = Path("runs")
@@ -34,7 +35,7 @@ class RunDir:
 
     @property
     def config(self) -> Path:
-        return self.path / "config.json"
+        return self.path / "config.toml"
 
     @property
     def metrics(self) -> Path:
@@ -82,7 +83,7 @@ def default_run_dir() -> Path:
 def prepare_run_dir(config: TrainConfig) -> RunDir:
     """Create (or, with --resume, reopen) the run directory and check it can be written; rank 0 only."""
     run_dir = RunDir(Path(config.output_dir) if config.output_dir is not None else default_run_dir())
-    if config.elastic and run_dir.config.is_file() and run_dir.config.read_text() == config.to_json() + "\n":
+    if config.elastic and run_dir.config.is_file() and run_dir.config.read_text() == experiment_toml(config):
         claim(run_dir, wait_s=ELASTIC_CLAIM_WAIT_S)  # a worker (re)joining this elastic job as rank 0
         return run_dir
     if run_dir.path.is_dir():
@@ -110,8 +111,8 @@ def prepare_run_dir(config: TrainConfig) -> RunDir:
     if free < MIN_FREE_BYTES:
         raise UserError(f"the output directory {run_dir} has {free / 2**20:.1f} MiB free; "
                         f"checkpoints and exports need at least {MIN_FREE_BYTES // 2**20} MiB")
-    tmp = run_dir.config.with_suffix(".json.tmp")
-    tmp.write_text(config.to_json() + "\n")
+    tmp = run_dir.config.with_suffix(".toml.tmp")
+    tmp.write_text(experiment_toml(config))
     tmp.replace(run_dir.config)
     return run_dir
 
