@@ -20,7 +20,8 @@ STEPS = (10, 20, 30)
 
 def checkpoints_of(directory: Path, model: str = "mlp") -> tuple[Replica, Checkpoints]:
     replica = Replica(TrainConfig(model=model), 1)
-    return replica, Checkpoints(directory, directory.with_name(directory.name + "-best"), keep=3, **replica.trackables())
+    best = directory.with_name(directory.name + "-best")
+    return replica, Checkpoints(directory, best, keep=3, **replica.trackables())
 
 
 @pytest.fixture

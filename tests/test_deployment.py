@@ -34,11 +34,13 @@ COMPILERS = re.compile(r"(?<![\w.-])(gcc|g\+\+|cc|c\+\+|clang|build-essential|cm
 # --- the pins the project states elsewhere ------------------------------------------------------------------
 
 def setup_cfg_pins() -> dict[str, str]:
-    """name -> exact version (or full specifier when not ==) from setup.cfg's install_requires."""
+    """name -> exact version (or full specifier when not ==) from setup.cfg's install_requires and its cpu extra
+    (TensorFlow's CPU build)."""
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
     pins = {}
-    for line in parser["options"]["install_requires"].split("\n"):
+    lines = parser["options"]["install_requires"].split("\n") + parser["options.extras_require"]["cpu"].split("\n")
+    for line in lines:
         if match := re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*(?:==)?\s*(.+?)\s*", line):
             pins[match[1]] = match[2]
     return pins

@@ -5,10 +5,11 @@ phases, `writing`)."""
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import BIN, ROOT
 
 RUNTIME = ROOT / "hvd_mnist" / "runtime"
 TRAIN = ROOT / "hvd_mnist" / "train"
@@ -66,3 +67,10 @@ def test_the_door_rule_sees_a_way_around_the_supervisor():
 def test_the_rule_sees_every_kind_of_import(source):
     """The checker can fail: plain, from-, relative and function-level imports of the training room are seen."""
     assert imports_train(imported_modules(source, RUNTIME / "probe.py"))
+
+
+def test_the_code_is_ruff_clean():
+    """The style rules of pyproject.toml hold for the package, the scripts and the tests."""
+    proc = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "hvd_mnist", "scripts", "tests"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]

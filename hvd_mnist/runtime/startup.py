@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import NoReturn
 
+from hvd_mnist.errors import RunEnded, first_line
 from hvd_mnist.runtime.process import seconds_since_start
 
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
@@ -43,9 +44,25 @@ def import_tensorflow_quietly() -> None:
     """
     if "tensorflow" in sys.modules:
         return
+    unusable = None
     with _native_stderr_held_back(), _hidden("matplotlib"):
-        import horovod.tensorflow  # noqa: F401
-        import tensorflow  # noqa: F401
+        import tensorflow
+
+        try:
+            import horovod.tensorflow  # noqa: F401
+        except (ImportError, OSError, tensorflow.errors.NotFoundError) as err:
+            unusable = err  # raised below, once the native lines of the failed load are discarded
+    if unusable is not None:
+        raise RunEnded(horovod_unusable(unusable, tensorflow.__version__))
+
+
+def horovod_unusable(err: BaseException, tensorflow_version: str) -> str:
+    """One line for a Horovod that is missing, or built against another TensorFlow (its op library does not
+    load: undefined symbols), with the way out."""
+    fix = "build it against this TensorFlow with scripts/build_horovod.sh (README, Set-up)"
+    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "horovod":
+        return f"Horovod is not installed in {sys.prefix}; {fix}"
+    return f"Horovod cannot load against the installed TensorFlow {tensorflow_version} ({first_line(err)}); {fix}"
 
 
 @contextlib.contextmanager
