@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from hvd_mnist import config_file
-from hvd_mnist.config import CLASSIC, EXPORTS, MODELS, TrainConfig
+from hvd_mnist.config import CLASSIC, EXPORTS, MLFLOW_LOCAL_STORE, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded, crashed
 
@@ -113,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--export", choices=EXPORTS, default=d.export,
                      help="SavedModel of the final or the best (--keep-best) moving-average weights, or none "
                           "(default: %(default)s)")
+    out.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics on rank 0 at http://HOST:PORT/metrics: step, loss, accuracy, LR, "
+                          "examples/sec, seconds since the last checkpoint, each rank's step and heartbeat age")
+    out.add_argument("--mlflow", nargs="?", const=MLFLOW_LOCAL_STORE, metavar="URI",
+                     help="track the run in MLflow (pip install 'hvd_mnist[mlflow]'): parameters, metrics, test "
+                          "accuracy, export path; URI of a tracking server or store (alone: %(const)s). An "
+                          "unreachable server is a warning")
     out.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size, help=argparse.SUPPRESS)
     elastic = parser.add_argument_group("elastic training (horovodrun --min-np/--max-np --host-discovery-script)")
     elastic.add_argument("--elastic", action="store_true",

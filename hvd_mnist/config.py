@@ -14,6 +14,7 @@ EXPORTS = ("final", "best", "none")
 # Where the defaults differ from the classic multi-GPU tower script (`--classic` restores these): its LR was
 # tuned for raw 0..255 pixels, and with pixels in [0, 1] it learns slowly (71% test accuracy after 1000 steps).
 CLASSIC = {"lr": 0.001}
+MLFLOW_LOCAL_STORE = "./mlruns"  # --mlflow without a URI: a local file store, as MLflow's own default once was
 
 
 @dataclass
@@ -48,6 +49,8 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     export: str = "final"
+    metrics_port: int | None = None
+    mlflow: str | None = None
     eval_batch_size: int = 1000
     resume: bool = False
     resume_from: Path | None = None
@@ -85,6 +88,8 @@ class TrainConfig:
             raise UserError(f"--target-accuracy must be in (0, 1], got {self.target_accuracy}")
         if (self.target_accuracy is not None or self.keep_best) and not self.eval_every:
             raise UserError("--target-accuracy and --keep-best need --eval-every N (how often to evaluate)")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise UserError(f"--metrics-port must be a port number (1-65535), got {self.metrics_port}")
         if self.export not in EXPORTS:
             raise UserError(f"unknown --export {self.export!r}; choose one of {', '.join(EXPORTS)}")
         if self.export == "best" and not self.keep_best:

@@ -25,8 +25,9 @@ HOROVOD_VERSION="0.28.1"
 MPI4PY_VERSION="4.1.2"
 TENSORBOARD_VERSION="2.21.0"
 APT_PACKAGES=(libopenmpi-dev openmpi-bin dataset-fashion-mnist)
-# openssh-server and iproute2: the multi-host test (two network namespaces); shellcheck: script lint.
-DEV_APT_PACKAGES=(openssh-server iproute2 shellcheck)
+# openssh-server and iproute2: the multi-host test (two network namespaces); shellcheck: script lint;
+# prometheus: the server that scrapes a run in the monitoring test.
+DEV_APT_PACKAGES=(openssh-server iproute2 shellcheck prometheus)
 # The container tests build and run the images: podman (and mmdebstrap for a base image where no registry
 # answers), unless a Docker daemon already runs here.
 CONTAINER_PACKAGES=(podman runc mmdebstrap aardvark-dns)
@@ -85,6 +86,7 @@ if command -v g++ >/dev/null && (( $(g++ -dumpversion | cut -d. -f1) >= 13 )); t
 "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
   || wanted+=("python$PY_VERSION-dev")
 "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || wanted+=("python$PY_VERSION-venv")
+log "Debian packages for $MODE: ${wanted[*]}"
 missing=()
 for pkg in "${wanted[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

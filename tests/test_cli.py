@@ -55,6 +55,7 @@ def test_help_lists_the_flags():
         (["--export", "best"], "--export best needs --keep-best"),
         (["--eval-every", "10", "--validation-size", "0"], "--validation-size must be positive"),
         (["--keep-global-batch"], "--keep-global-batch is for --elastic runs"),
+        (["--metrics-port", "70000"], "--metrics-port must be a port number (1-65535), got 70000"),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags, message):

@@ -146,6 +146,7 @@ def test_versions_match_the_project_pins(dockerfile):
     runs = " ".join(parsed.stages[0].all("RUN"))
     tensorflow = "tensorflow[and-cuda]" if kind == "gpu" else "tensorflow-cpu"
     for requirement in (f'"{tensorflow}==${{TENSORFLOW_VERSION}}"', f'"numpy{pins["numpy"]}"',
+                        f'"prometheus-client{pins["prometheus-client"]}"',
                         '"tensorboard==${TENSORBOARD_VERSION}"', '"mpi4py==${MPI4PY_VERSION}"',
                         '--no-deps "mlxtend==${MLXTEND_VERSION}"'):
         assert requirement in runs

@@ -98,6 +98,10 @@ class Heartbeats:
                 return text
             time.sleep(0.2)
 
+    def ranks(self) -> dict[int, tuple[int, float]]:
+        """Each rank this one hears: its last reported step and seconds since it was last heard (itself: now)."""
+        return {self.rank: (self.step, 0.0)}
+
     def silent_processes(self) -> list[Process]:
         """The processes of the ranks that stopped answering, as rank 0 describes them."""
         processes = self.knowledge().get("processes", {})
@@ -195,6 +199,12 @@ class ChiefHeartbeats(Heartbeats):
             processes = {rank: self._peers[rank].process for rank in silent}
             return {"died": died, "silent": silent, "processes": processes, "error": self._error,
                     "checkpoint": self._checkpoint}
+
+    def ranks(self) -> dict[int, tuple[int, float]]:
+        now = time.monotonic()
+        with self._lock:
+            heard = {rank: (peer.step, now - peer.last_heard) for rank, peer in self._peers.items()}
+        return {**super().ranks(), **heard}
 
     def _open_connections(self) -> list[Connection]:
         with self._lock:

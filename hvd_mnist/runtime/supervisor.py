@@ -116,6 +116,11 @@ class Supervisor:
 
     # --- what training asks it ---------------------------------------------------------------------------------
 
+    def liveness(self) -> tuple[dict[int, tuple[int, float]], str | None]:
+        """For watching from outside (rank 0): each rank's last step and seconds since it was last heard, and
+        the last good checkpoint."""
+        return self._guard.heartbeats.ranks(), self._guard.heartbeats.checkpoint
+
     @property
     def stop_vote(self) -> float:
         """1.0 once a stop was requested on this rank (averaged over the ranks with the metrics), else 0.0."""

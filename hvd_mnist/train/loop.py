@@ -23,7 +23,7 @@ from hvd_mnist.train.cadence import REPORTED, Action, Cadence
 from hvd_mnist.train.checkpointing import Checkpoints
 from hvd_mnist.train.export import export_checkpoint, export_model
 from hvd_mnist.train.replica import Evaluation, Replica
-from hvd_mnist.train.reporting import Reporter, Throughput, configure_logging, reporting
+from hvd_mnist.train.reporting import Listener, Reporter, Throughput, configure_logging, reporting
 
 log = logging.getLogger("hvd_mnist")
 
@@ -57,6 +57,7 @@ class TrainingLoop:
         self.checkpoints = Checkpoints(run_dir.checkpoints, run_dir.best_checkpoints, config.keep_checkpoints,
                                        **self.replica.trackables())
         self.reporter = Reporter(None, enabled=False)
+        self.listeners: list[Listener] | None = None  # Prometheus and MLflow, once started (rank 0)
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
 
     # --- the story ---------------------------------------------------------------------------------------------
@@ -76,13 +77,29 @@ class TrainingLoop:
         plan = self.replica.plan
         latest = self.checkpoints.latest if self.world.is_chief else None  # only rank 0 reads the run directory
         with self.supervisor.watching(self.world, start_step, latest), \
-                reporting(self.run_dir, enabled=self.world.is_chief) as self.reporter:
+                reporting(self.run_dir, self.world.is_chief, self._listeners()) as self.reporter:
             self.reporter.event("start", start_step=start_step, world_size=self.world.size,
                                 global_batch=plan.global_batch, accumulate=plan.micro_batches, phases=phases())
             step, loss = self._train(start_step)
             phase_done("trained")
             self.supervisor.training_done()
             return self._finish(step, loss)
+
+    def _listeners(self) -> list[Listener]:
+        """Rank 0's outside watchers, started once and fed by the reporter's events: --metrics-port's Prometheus
+        endpoint and --mlflow's tracking (imported only when asked for, off the default start-up path)."""
+        if self.listeners is None and self.world.is_chief:
+            self.listeners = []
+            if self.config.metrics_port is not None:
+                from hvd_mnist.train.monitoring import PrometheusMetrics
+
+                self.listeners.append(PrometheusMetrics(self.config.metrics_port, self.supervisor.liveness).observe)
+            if self.config.mlflow is not None:
+                from hvd_mnist.train.tracking import MlflowTracker
+
+                tracker = MlflowTracker(self.config.mlflow, self.config, self.run_dir.path, self.run_dir.export)
+                self.listeners.append(tracker.observe)
+        return self.listeners or []
 
     def _train(self, start_step: int) -> tuple[int, float]:
         """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""

@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.writes import writing
 
 log = logging.getLogger("hvd_mnist")
+Listener = Callable[[str, dict[str, Any]], None]  # told each event: its kind and fields
 
 
 class Reporter:
@@ -27,8 +28,9 @@ class Reporter:
     events are flushed at each report, so such a failure shows at once and not only at the end.
     """
 
-    def __init__(self, run_dir: RunDir | None, enabled: bool) -> None:
+    def __init__(self, run_dir: RunDir | None, enabled: bool, listeners: Sequence[Listener] = ()) -> None:
         self.enabled = enabled and run_dir is not None
+        self._listeners = listeners if self.enabled else ()
         self._metrics = None
         self._writer = None
         if self.enabled:
@@ -41,7 +43,9 @@ class Reporter:
                 self._writer = tf.summary.create_file_writer(str(self._events_dir))
 
     def event(self, kind: str, **fields: Any) -> None:
-        """Append one JSON object to metrics.jsonl."""
+        """Append one JSON object to metrics.jsonl, and show it to the listeners (Prometheus, MLflow)."""
+        for listener in self._listeners:
+            listener(kind, fields)
         if self._metrics is not None:
             record = {"event": kind, "time": round(time.time(), 3), **fields}
             with writing("metrics", self._metrics_path):
@@ -76,10 +80,10 @@ class Reporter:
 
 
 @contextlib.contextmanager
-def reporting(run_dir: RunDir, enabled: bool) -> Iterator[Reporter]:
+def reporting(run_dir: RunDir, enabled: bool, listeners: Sequence[Listener] = ()) -> Iterator[Reporter]:
     """A Reporter for the block, closed once at its end; a run already failing keeps its first cause even if
     closing fails too."""
-    reporter = Reporter(run_dir, enabled)
+    reporter = Reporter(run_dir, enabled, listeners)
     try:
         yield reporter
     except BaseException:

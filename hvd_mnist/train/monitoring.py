@@ -1,0 +1,74 @@
+"""Watching a run from outside: rank 0 serves Prometheus metrics (--metrics-port), the training figures it
+reports and, read at each scrape, every rank's last step and how long since it was last heard."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hvd_mnist.errors import UserError
+
+# What the Supervisor knows: {rank: (last step, seconds since heard)} and the last good checkpoint's path.
+Liveness = Callable[[], tuple[dict[int, tuple[int, float]], str | None]]
+REPORTED = {  # metrics.jsonl event -> {its field: the gauge it sets}
+    "train": {"step": "step", "loss": "loss", "accuracy": "train_accuracy", "lr": "learning_rate",
+              "examples_per_sec": "examples_per_second"},
+    "eval": {"accuracy": "validation_accuracy"},
+}
+HELP = {
+    "step": "global step of the last progress report",
+    "loss": "training loss averaged over the ranks",
+    "train_accuracy": "training accuracy averaged over the ranks",
+    "validation_accuracy": "validation accuracy of the moving-average weights",
+    "learning_rate": "learning rate of the last step",
+    "examples_per_second": "training examples per second over all ranks",
+}
+
+
+class PrometheusMetrics:
+    """A /metrics endpoint of rank 0; `observe` takes the events the Reporter writes to metrics.jsonl."""
+
+    def __init__(self, port: int, liveness: Liveness) -> None:
+        self.registry = CollectorRegistry()
+        self._gauges = {name: Gauge(f"hvd_mnist_{name}", text, registry=self.registry) for name, text in HELP.items()}
+        self.registry.register(_LivenessCollector(liveness))
+        try:
+            start_http_server(port, registry=self.registry)  # a daemon thread: serves until the process ends
+        except OSError as err:
+            raise UserError(f"--metrics-port {port}: cannot serve metrics there: {err.strerror}") from None
+
+    def observe(self, kind: str, fields: dict[str, Any]) -> None:
+        for field, gauge in REPORTED.get(kind, {}).items():
+            if fields.get(field) is not None:
+                self._gauges[gauge].set(fields[field])
+
+
+class _LivenessCollector(Collector):
+    """Read at each scrape, so a rank that went quiet shows its age growing while the others wait."""
+
+    def __init__(self, liveness: Liveness) -> None:
+        self._liveness = liveness
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        ranks, checkpoint = self._liveness()
+        steps = GaugeMetricFamily("hvd_mnist_rank_step", "last step each rank reported", labels=["rank"])
+        ages = GaugeMetricFamily("hvd_mnist_rank_heartbeat_age_seconds",
+                                 "seconds since rank 0 last heard each rank", labels=["rank"])
+        for rank, (step, age) in sorted(ranks.items()):
+            steps.add_metric([str(rank)], step)
+            ages.add_metric([str(rank)], age)
+        yield steps
+        yield ages
+        if checkpoint is not None:
+            try:
+                written = os.stat(f"{checkpoint}.index").st_mtime
+            except OSError:
+                return
+            yield GaugeMetricFamily("hvd_mnist_seconds_since_checkpoint", "seconds since the last good checkpoint",
+                                    value=time.time() - written)

@@ -1,0 +1,111 @@
+"""Watching a run from outside: Debian's real Prometheus server scrapes rank 0's --metrics-port, and the series
+are read back through Prometheus's HTTP query API, including a stopped rank's heartbeat age as it grows."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import pytest
+from helpers import TIMEOUT, launcher_env, run_trainer, trainer_command, wait_for
+
+pytestmark = pytest.mark.slow
+
+Query = Callable[[str], dict[str, float]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def prometheus(tmp_path) -> Iterator[Callable[[int], Query]]:
+    """Start Prometheus scraping 127.0.0.1:PORT every second; returns `query(promql)` -> {rank or "": value}."""
+    servers = []
+
+    def start(target_port: int) -> Query:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(json.dumps({  # YAML is a superset of JSON
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{"job_name": "hvd_mnist",
+                                "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+        }))
+        address = f"127.0.0.1:{free_port()}"
+        log = (tmp_path / "prometheus.log").open("w")
+        servers.append(subprocess.Popen(["prometheus", f"--config.file={config}", f"--web.listen-address={address}",
+                                         f"--storage.tsdb.path={tmp_path / 'tsdb'}"], stdout=log, stderr=log))
+
+        def ready() -> bool:
+            try:
+                return urllib.request.urlopen(f"http://{address}/-/ready", timeout=2).status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 60, "Prometheus to be ready")
+
+        def query(promql: str) -> dict[str, float]:
+            url = f"http://{address}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+            answer = json.load(urllib.request.urlopen(url, timeout=5))
+            assert answer["status"] == "success", answer
+            return {item["metric"].get("rank", ""): float(item["value"][1]) for item in answer["data"]["result"]}
+
+        return query
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_prometheus_sees_training_and_a_stopped_ranks_heartbeat_age_grow(tmp_path, prometheus):
+    """Rank 1 is SIGSTOPped at step 300: Prometheus shows its heartbeat age growing past 10 s while rank 0's
+    stays 0, before the 30 s collective timeout ends the job with its one line."""
+    run_dir, port = tmp_path / "run", free_port()
+    command = trainer_command("gloo", 2, "--steps", "1000000", "--log-every", "10", "--checkpoint-every", "100",
+                              "--collective-timeout", "30", "--metrics-port", str(port), "--output-dir", str(run_dir))
+    env = {**launcher_env(), "HVD_MNIST_FAULT": "step:rank=1:step=300:signal=STOP"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        query = prometheus(port)
+        wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 100, TIMEOUT, "Prometheus to see step 100")
+        for series in ("hvd_mnist_loss", "hvd_mnist_train_accuracy", "hvd_mnist_learning_rate",
+                       "hvd_mnist_examples_per_second", "hvd_mnist_seconds_since_checkpoint"):
+            assert query(series).get("", 0) > 0, series
+        assert set(query("hvd_mnist_rank_step")) == {"0", "1"}
+        wait_for(lambda: query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}').get("1", 0) > 10, 25,
+                 "rank 1's heartbeat age to pass 10 s")
+        first = query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}')["1"]
+        time.sleep(3)
+        ages = query("hvd_mnist_rank_heartbeat_age_seconds")
+        assert ages["1"] > first and ages["0"] == 0, (first, ages)
+        assert query('hvd_mnist_rank_step{rank="1"}')["1"] <= 300  # its last heartbeat before the stop
+        assert proc.poll() is None, "the job ended before its collective timeout"
+        promql = 'max_over_time(hvd_mnist_rank_heartbeat_age_seconds{rank="1"}[5m])'
+        print(f"PromQL {promql} -> {query(promql)}")
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0
+    assert "rank(s) 1 stopped answering" in output and "Traceback" not in output
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_trainer("python", 1, "--steps", "5", "--metrics-port", str(port), "--output-dir",
+                           str(tmp_path / "run"), check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hvd-mnist:")]
+    assert lines == [f"hvd-mnist: error: --metrics-port {port}: cannot serve metrics there: Address already in use"]
+    assert "Traceback" not in proc.stderr
+
