@@ -38,7 +38,8 @@ def test_every_field_survives_the_trip_through_toml_and_the_parser(tmp_path):
         validation_size=7, model="lenet5", batch_size=3, accumulate=2, steps=9, lr=1e-05, lr_decay=0.5,
         decay_examples=11, scale_lr=True, warmup_steps=0, l2=0.0, ema_decay=0.9, seed=4, shuffle=False,
         eval_every=5, target_accuracy=0.5, keep_best=True, output_dir=Path("out"), log_every=2, summary_every=3,
-        histogram_every=4, checkpoint_every=6, keep_checkpoints=1, export="best", eval_batch_size=8, resume=True,
+        histogram_every=4, checkpoint_every=6, keep_checkpoints=1, export="best", metrics_port=9100,
+        mlflow="http://tracking:5000", eval_batch_size=8, resume=True,
         resume_from=None, overwrite=False, mixed_precision=True, loss_scale=64.0, fp16_allreduce=True,
         bind_cpus=False, collective_timeout=0.0, horovod_timeline=True, elastic=True, commit_every=3,
         keep_global_batch=True)

@@ -55,7 +55,7 @@ class Engine:
 def engine_cli() -> Iterator[Engine]:
     name = image_build.engine()
     if name is None:
-        pytest.skip("no container engine here (scripts/setup_env.sh installs podman on Debian)")
+        pytest.skip("no container engine here (bash scripts/setup_env.sh --dev installs podman on Debian)")
     cli = Engine(name)
     try:
         yield cli
