@@ -32,6 +32,20 @@ def test_rank_0_tracks_the_run_in_mlflow(tmp_path, monkeypatch):
     assert run.data.metrics["test_accuracy"] == pytest.approx(events[-1]["test_accuracy"])
 
 
+def test_a_run_that_fails_is_failed_in_mlflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    store = f"file://{tmp_path / 'mlruns'}"
+    proc = run_trainer("python", 1, "--steps", "100", "--log-every", "10", "--mlflow", store, "--output-dir",
+                       str(tmp_path / "run"), check=False, extra_env={"HVD_MNIST_FAULT": "step:rank=0:step=25:raise"})
+    assert proc.returncode == 1 and "injected failure at step 25" in proc.stderr
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("hvd_mnist").experiment_id])
+    assert run.info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [10, 20]
+
+
 def test_an_unreachable_tracking_server_is_a_warning_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_trainer("python", 1, "--steps", "20", "--mlflow", "http://127.0.0.1:1", "--output-dir", str(run_dir))

@@ -4,6 +4,7 @@ cannot be reached is a warning: training is what matters."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
@@ -47,6 +48,7 @@ class MlflowTracker:
             mlflow.start_run(run_name=run_dir.name)
             mlflow.log_params(params(config))
             mlflow.set_tag("run_dir", str(run_dir))
+        atexit.register(self._fail_if_unfinished)  # runs before MLflow's own, which would say FINISHED
 
     def observe(self, kind: str, fields: dict[str, Any]) -> None:
         if not self.active:
@@ -60,6 +62,13 @@ class MlflowTracker:
                 self._mlflow.log_param("export_path", str(self._export))
             if kind in ENDED:
                 self._mlflow.end_run(status=ENDED[kind])
+                self.active = False
+
+    def _fail_if_unfinished(self) -> None:
+        """A process that ends without the run's end (an error, a failed rank) leaves its MLflow run FAILED."""
+        if self.active:
+            with self._tolerated("end the run"):
+                self._mlflow.end_run(status="FAILED")
                 self.active = False
 
     @contextlib.contextmanager
