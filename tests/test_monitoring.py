@@ -13,31 +13,27 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from helpers import TIMEOUT, launcher_env, run_trainer, trainer_command, wait_for
+from peers.local_workers import free_ports  # scripts/ is on the path (helpers)
 
 pytestmark = pytest.mark.slow
 
 Query = Callable[[str], dict[str, float]]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
-def prometheus(tmp_path) -> Iterator[Callable[[int], Query]]:
-    """Start Prometheus scraping 127.0.0.1:PORT every second; returns `query(promql)` -> {rank or "": value}."""
+def prometheus(tmp_path) -> Iterator[Callable[[int, int], Query]]:
+    """Start Prometheus on `port`, scraping 127.0.0.1:`target_port` every second; returns `query(promql)` ->
+    {rank or "": value}."""
     servers = []
 
-    def start(target_port: int) -> Query:
+    def start(target_port: int, port: int) -> Query:
         config = tmp_path / "prometheus.yml"
         config.write_text(json.dumps({  # YAML is a superset of JSON
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [{"job_name": "hvd_mnist",
                                 "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
         }))
-        address = f"127.0.0.1:{free_port()}"
+        address = f"127.0.0.1:{port}"
         log = (tmp_path / "prometheus.log").open("w")
         servers.append(subprocess.Popen(["prometheus", f"--config.file={config}", f"--web.listen-address={address}",
                                          f"--storage.tsdb.path={tmp_path / 'tsdb'}"], stdout=log, stderr=log))
@@ -67,13 +63,14 @@ def prometheus(tmp_path) -> Iterator[Callable[[int], Query]]:
 def test_prometheus_sees_training_and_a_stopped_ranks_heartbeat_age_grow(tmp_path, prometheus):
     """Rank 1 is SIGSTOPped at step 300: Prometheus shows its heartbeat age growing past 10 s while rank 0's
     stays 0, before the 30 s collective timeout ends the job with its one line."""
-    run_dir, port = tmp_path / "run", free_port()
+    run_dir = tmp_path / "run"
+    port, prometheus_port = free_ports(2)  # held together, so never the same one twice
     command = trainer_command("gloo", 2, "--steps", "1000000", "--log-every", "10", "--checkpoint-every", "100",
                               "--collective-timeout", "30", "--metrics-port", str(port), "--output-dir", str(run_dir))
     env = {**launcher_env(), "HVD_MNIST_FAULT": "step:rank=1:step=300:signal=STOP"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        query = prometheus(port)
+        query = prometheus(port, prometheus_port)
         wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 100, TIMEOUT, "Prometheus to see step 100")
         for series in ("hvd_mnist_loss", "hvd_mnist_train_accuracy", "hvd_mnist_learning_rate",
                        "hvd_mnist_examples_per_second", "hvd_mnist_seconds_since_checkpoint"):

@@ -16,7 +16,7 @@ from hvd_mnist.errors import UserError
 
 # What the Supervisor knows: {rank: (last step, seconds since heard)} and the last good checkpoint's path.
 Liveness = Callable[[], tuple[dict[int, tuple[int, float]], str | None]]
-REPORTED = {  # metrics.jsonl event -> {its field: the gauge it sets}
+GAUGES = {  # metrics.jsonl event -> {its field: the gauge it sets}
     "train": {"step": "step", "loss": "loss", "accuracy": "train_accuracy", "lr": "learning_rate",
               "examples_per_sec": "examples_per_second"},
     "eval": {"accuracy": "validation_accuracy"},
@@ -44,7 +44,7 @@ class PrometheusMetrics:
             raise UserError(f"--metrics-port {port}: cannot serve metrics there: {err.strerror}") from None
 
     def observe(self, kind: str, fields: dict[str, Any]) -> None:
-        for field, gauge in REPORTED.get(kind, {}).items():
+        for field, gauge in GAUGES.get(kind, {}).items():
             if fields.get(field) is not None:
                 self._gauges[gauge].set(fields[field])
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hvd_mnist.config import TrainConfig, flag
+from hvd_mnist.config import TrainConfig
+from hvd_mnist.config_file import key
 from hvd_mnist.errors import UserError, first_line
 
 log = logging.getLogger("hvd_mnist")
@@ -84,4 +85,4 @@ class MlflowTracker:
 
 def params(config: TrainConfig) -> dict[str, str]:
     """The configuration as MLflow parameters, under the flags' names (as in config.toml)."""
-    return {flag(name)[2:]: str(value) for name, value in dataclasses.asdict(config).items() if value is not None}
+    return {key(name): str(value) for name, value in dataclasses.asdict(config).items() if value is not None}
