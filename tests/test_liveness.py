@@ -17,6 +17,7 @@ from helpers import wait_for as wait_for_seconds
 
 from hvd_mnist.runtime import heartbeats as heartbeats_module
 from hvd_mnist.runtime import transport
+from hvd_mnist.runtime import watchdog as watchdog_module
 from hvd_mnist.runtime.heartbeats import Heartbeats, describe
 from hvd_mnist.runtime.process import Process, boot_id, start_ticks
 from hvd_mnist.runtime.watchdog import Watchdog
@@ -106,7 +107,7 @@ def test_describe_prefers_a_reason_to_a_death_to_silence():
 def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
     """(Its callback says "wait on" here: the other answer ends the process, which is test_reliability's part.)"""
     fired = []
-    watchdog = Watchdog(0.3, lambda step, what: fired.append((step, what)) or True)
+    watchdog = Watchdog(0.3, lambda step, what, waited: fired.append((step, what)) or True)
     started = time.monotonic()
     with watchdog.watching(7, "training"):
         wait_for(lambda: len(fired) == 2, seconds=5)  # fired, was re-armed, fired again
@@ -117,6 +118,21 @@ def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
         pass
     time.sleep(0.5)
     assert len(fired) == 2
+
+
+def test_the_watchdog_gives_up_early_once_a_peer_is_gone(monkeypatch):
+    """A block waiting on a peer known to be gone ends after the grace period, long before the timeout; one
+    whose peers are all there waits on."""
+    monkeypatch.setattr(watchdog_module, "HOPELESS_GRACE_S", 0.5)
+    gone = False
+    fired = []
+    watchdog = Watchdog(60, lambda step, what, waited: fired.append(waited) or True, hopeless=lambda: gone)
+    with watchdog.watching(3, "training"):
+        time.sleep(2.0)
+        assert fired == []
+        gone = True
+        wait_for(lambda: fired, seconds=5)
+    assert 2.5 <= fired[0] < 60
 
 
 def test_a_process_is_killed_only_if_it_is_the_same_one():

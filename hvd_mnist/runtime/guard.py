@@ -30,7 +30,7 @@ class CollectiveGuard:
         self.timeout = timeout
         self.elastic = elastic
         self.heartbeats = Heartbeats.for_rank(0, 1)  # alone until a world starts its side channel
-        self.watchdog = Watchdog(timeout, self._timed_out)
+        self.watchdog = Watchdog(timeout, self._timed_out, self._peer_gone)
 
     def start_heartbeats(self, world: World, step: int) -> None:
         """A new side channel for this world (a collective: every rank calls it at the same point)."""
@@ -63,8 +63,18 @@ class CollectiveGuard:
     def last_checkpoint(self) -> str:
         return f"; last good checkpoint: {self.heartbeats.checkpoint or 'none'}"
 
-    def _timed_out(self, step: int, what: str) -> bool:
+    def _peer_gone(self) -> bool:
+        """A peer died or said it is ending: a collective waiting for it cannot finish (elastic runs leave that
+        to Horovod, which goes on without it)."""
+        known = self.heartbeats.knowledge()
+        return not self.elastic and bool(known.get("died") or known.get("error"))
+
+    def _timed_out(self, step: int, what: str, waited: float) -> bool:
         """The watchdog fired: kill stopped peers here in elastic runs (True: keep waiting), else say why."""
+        if waited < self.timeout:  # a peer is gone: the collective would fail, given a working error path
+            print(f"hvd-mnist: error: collective failed after step {step}: {self.heartbeats.cause()}"
+                  f"{self.last_checkpoint()}; rerun with --resume", file=sys.stderr, flush=True)
+            return False
         if self.elastic:
             killed = [process.rank for process in self.heartbeats.silent_processes() if process.kill()]
             if killed:
