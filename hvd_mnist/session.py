@@ -15,7 +15,7 @@ from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime.distribution import World, on_chief, setup_world
+from hvd_mnist.runtime.distribution import World, on_chief, placement, setup_world
 from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.startup import phase_done
 from hvd_mnist.runtime.supervisor import Supervisor
@@ -66,7 +66,9 @@ def run_session(config: TrainConfig) -> RunResult:
         if world.is_chief:
             supervisor.crash_dir = run_dir.path
         phase_done("run_dir_ready")
-        log.info("hvd_mnist: %d rank(s) over %s, this rank on %s", world.size, world.controller, world.device)
+        with supervisor.guarded(0, "gathering the ranks' devices"):
+            devices = placement(world, config.elastic)
+        log.info("hvd_mnist: %d rank(s) over %s; %s", world.size, world.controller, devices)
         log.info("data: %s", data.description)
         if config.horovod_timeline:
             hvd.start_timeline(str(run_dir.timeline))  # only rank 0, Horovod's coordinator, writes it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check of hvd_mnist for a machine with an NVIDIA GPU, in under 8 minutes: install the GPU stack into a
 # virtualenv, train one rank on the GPU with mixed precision off and then on, print examples/sec of each, and
-# check that the GPU did the work (the trainer's "this rank on GPU:0" line and GPU memory seen by nvidia-smi).
+# check that the GPU did the work (the trainer's "rank 0 on HOST: GPU:0" line and GPU memory seen by nvidia-smi).
 #
 #   scripts/gpu_check.sh [WHEEL_DIR]
 #
@@ -114,7 +114,7 @@ train() {  # train MODE [FLAGS...]: one np=1 run; writes "EXAMPLES_PER_SEC PEAK_
     $ARGS --output-dir "$WORK/run-$mode" "$@" > "$log" 2>&1 || rc=$?
   stop_sampler
   ((rc == 0)) || fail "training with mixed precision $mode exited $rc: $(last_line "$log")"
-  grep -q "this rank on GPU:0" "$log" || fail "mixed precision $mode: not on GPU:0: $(grep -m 1 'this rank on' "$log")"
+  grep -q "rank 0 on [^:]*: GPU:0" "$log" || fail "mixed precision $mode: not on GPU:0: $(grep -m 1 'rank(s) over' "$log")"
   touch "$samples"
   if ! "$VENV/bin/python" - "$WORK/run-$mode/metrics.jsonl" "$samples" >"$WORK/$mode.result" 2>"$WORK/$mode.err" <<'PY'
 import json, statistics, sys

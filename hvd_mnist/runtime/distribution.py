@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -96,11 +98,44 @@ def pin_device(local_rank: int, local_size: int, bind_cpus: bool = True) -> str:
     return f"CPU ({threads} threads" + (f", cores {cores[0]}-{cores[-1]})" if cores else ")")
 
 
+def slurm_tasks_on_node(tasks_per_node: str, node_id: int) -> int:
+    """The task count of node `node_id` in Slurm's SLURM_STEP_TASKS_PER_NODE notation, e.g. "2(x3),1"."""
+    counts: list[int] = []
+    for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", tasks_per_node):
+        counts += [int(count)] * int(repeat or 1)
+    return counts[node_id]
+
+
+def local_slot() -> tuple[int, int]:
+    """(this rank's index on its node, the ranks on its node), by which it takes a device.
+
+    Under `srun` with one task per rank, Slurm's own placement (SLURM_LOCALID): it is what
+    --gpus-per-node and --ntasks-per-node were given for, and it holds where MPI cannot tell nodes
+    apart. Anywhere else Horovod's, also under mpirun inside an allocation, whose ranks inherit the
+    SLURM_LOCALID of the one daemon srun started per node.
+    """
+    env = os.environ
+    if "SLURM_LOCALID" in env and env.get("SLURM_STEP_NUM_TASKS") == str(hvd.size()):
+        with contextlib.suppress(ValueError, IndexError, KeyError):
+            tasks = slurm_tasks_on_node(env["SLURM_STEP_TASKS_PER_NODE"], int(env.get("SLURM_NODEID", "0")))
+            return int(env["SLURM_LOCALID"]), tasks
+    return hvd.local_rank(), hvd.local_size()
+
+
 def setup_world(bind_cpus: bool = True) -> World:
     """Initialize Horovod and pin this process's device; call before TensorFlow runs any op."""
     controller = init_horovod()
-    device = pin_device(hvd.local_rank(), hvd.local_size(), bind_cpus)
-    return World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), controller, device)
+    local_rank, local_size = local_slot()
+    device = pin_device(local_rank, local_size, bind_cpus)
+    return World(hvd.rank(), hvd.size(), local_rank, local_size, controller, device)
+
+
+def placement(world: World, elastic: bool) -> str:
+    """Which device each rank took, on which host, for rank 0's start-up line (one rank's in elastic runs,
+    where no collective may come before hvd.elastic.run)."""
+    mine = (world.rank, socket.gethostname(), world.device)
+    ranks = [mine] if elastic else hvd.allgather_object(mine, name="placement")
+    return "; ".join(f"rank {rank} on {host}: {device}" for rank, host, device in ranks)
 
 
 def on_chief(world: World, action: Callable[[], Any], name: str) -> Any:
