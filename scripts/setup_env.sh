@@ -26,8 +26,9 @@ MPI4PY_VERSION="4.1.2"
 TENSORBOARD_VERSION="2.21.0"
 APT_PACKAGES=(libopenmpi-dev openmpi-bin dataset-fashion-mnist)
 # openssh-server and iproute2: the multi-host test (two network namespaces); shellcheck: script lint;
-# prometheus: the server that scrapes a run in the monitoring test.
-DEV_APT_PACKAGES=(openssh-server iproute2 shellcheck prometheus)
+# prometheus: the server that scrapes a run in the monitoring test; slurm-wlm and munge: the Slurm cluster of
+# tests/test_slurm.py (its daemons are started by the test, never as services).
+DEV_APT_PACKAGES=(openssh-server iproute2 shellcheck prometheus slurm-wlm munge)
 # The container tests build and run the images: podman (and mmdebstrap for a base image where no registry
 # answers), unless a Docker daemon already runs here.
 CONTAINER_PACKAGES=(podman runc mmdebstrap aardvark-dns)

@@ -66,8 +66,9 @@ class NetnsCluster:
         self._created: list[str] = []
         self._sshd: dict[str, subprocess.Popen] = {}
 
-    def start(self) -> None:
-        """Create namespaces, link, addresses, keys and sshds; raise ClusterUnavailable where impossible."""
+    def start(self, ssh: bool = True) -> None:
+        """Create namespaces, link, addresses and (with `ssh`) keys and sshds; raise ClusterUnavailable where
+        impossible."""
         if os.geteuid() != 0:
             raise ClusterUnavailable("needs root (CAP_NET_ADMIN) to create network namespaces")
         if missing := missing_tools():
@@ -78,6 +79,8 @@ class NetnsCluster:
                 raise ClusterUnavailable(f"`ip netns add` failed: {proc.stderr.strip()}")
             self._created.append(host.netns)
         self._link()
+        if not ssh:
+            return
         self._write_ssh_files()
         for host in self.hosts:
             self._start_sshd(host)

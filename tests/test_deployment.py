@@ -360,13 +360,15 @@ def sbatch_options() -> dict[str, str]:
 
 
 def test_slurm_script_runs_one_task_per_gpu_under_pmix():
-    options = sbatch_options()
+    """(tests/test_slurm.py runs it on a real cluster; here, the layout for GPU nodes it is written for.)"""
+    options, script = sbatch_options(), (ROOT / "scripts" / "slurm.sbatch").read_text()
     assert options["ntasks-per-node"] == options["gpus-per-node"]
-    srun = re.search(r"^srun .*?(?<!\\)$", (ROOT / "scripts" / "slurm.sbatch").read_text(), flags=re.M | re.S)
+    assert options["signal"].startswith("B:USR1@") and "#SBATCH --requeue\n" in script
+    srun = re.search(r"^srun .*?(?<!\\)$", script, flags=re.M | re.S)
     assert srun, "no srun line"
     words = srun[0].replace("\\\n", " ").split()
-    assert "--mpi=pmix" in words
-    assert contains(words, ["-m", "hvd_mnist"]) and words[-1] == '"$@"'
+    assert '--mpi="${SLURM_MPI_TYPE:-pmix}"' in words
+    assert contains(words, ["-m", "hvd_mnist"]) and words[-2:] == ['"$@"', "&"]
 
 
 # --- Kubernetes ------------------------------------------------------------------------------------------------
