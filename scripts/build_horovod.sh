@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with six small patches: one that current
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with seven small patches: two that current
 # TensorFlow needs, two for a quiet console, one for a faster launch, two for faster steps. scripts/setup_env.sh
-# and both Dockerfiles call this, so the three builds cannot drift apart.
+# and docker/Dockerfile (both flavors) call this, so the builds cannot drift apart.
 #
 #   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
 #
@@ -26,6 +26,9 @@
 #    locked by the thread that is sending on it, it yields the core before polling again. It polled again at
 #    once: 900-3,600 epoll_wait calls per allreduce of the MLP's gradient, on the core the sender needed to finish
 #    (5-7 after). Gloo at batch 100: 9.8-11.4 -> 5.2-5.5 ms/step.
+# 7. horovod/tensorflow/mpi_ops.cc (GPU builds only): defines stream_executor::gpu::AsGpuStreamValue, which
+#    Horovod declares and TensorFlow 2.18+ no longer exports (its library then fails to load: "undefined symbol
+#    _ZN15stream_executor3gpu16AsGpuStreamValueEPNS_6StreamE"), from the Stream's own platform_specific_handle().
 # Horovod 0.28.1's vendored flatbuffers and some of its headers do not compile with GCC 13 or newer (Debian
 # 13's default is GCC 14); where the default g++ is that new, the build uses g++-12 (CXX overrides).
 set -euo pipefail
@@ -83,6 +86,8 @@ patch_line horovod/common/operations.cc "  // This delay determines thread frequ
 patch_line third_party/gloo/gloo/transport/tcp/pair.cc "#include <unistd.h>" "#include <unistd.h>\n#include <sched.h>"
 patch_line third_party/gloo/gloo/transport/tcp/pair.cc "  if (!lock) {" \
   "  if (!lock) {\n    sched_yield();  // hvd_mnist: let the thread that holds this pair run, instead of polling again at once"
+patch_line horovod/tensorflow/mpi_ops.cc '#include "tensorflow/compiler/xla/stream_executor/stream.h"' \
+  '#include "tensorflow/compiler/xla/stream_executor/stream.h"\nnamespace stream_executor {\nnamespace gpu {\n// hvd_mnist: TensorFlow 2.18+ no longer exports this; the Stream hands out its CUDA stream itself.\nGpuStreamHandle AsGpuStreamValue(Stream* stream) {\n  return static_cast<GpuStreamHandle>(stream->platform_specific_handle().stream);\n}\n} // namespace gpu\n} // namespace stream_executor'
 patch_line horovod/runner/launch.py "    _run(args)" \
   "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
 
