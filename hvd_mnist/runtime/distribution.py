@@ -15,6 +15,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import UserError
+from hvd_mnist.runtime.startup import gpus_quietly
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def pin_device(local_rank: int, local_size: int, bind_cpus: bool = True) -> str:
 
     `bind_cpus` also binds each rank to its share of the cores (see bind_to_cores).
     """
-    gpus = tf.config.list_physical_devices("GPU")
+    gpus = gpus_quietly()
     if gpus:
         gpu = gpus[local_rank % len(gpus)]
         tf.config.set_visible_devices(gpu, "GPU")

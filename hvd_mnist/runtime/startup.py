@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import IO, NoReturn
 
 from hvd_mnist.errors import RunEnded, first_line
 from hvd_mnist.runtime.process import seconds_since_start
@@ -18,8 +19,9 @@ LAUNCHER_PID = os.getppid()
 
 
 @contextlib.contextmanager
-def _native_stderr_held_back() -> Iterator[None]:
-    """Hold back what native code writes to file descriptor 2 in the block; show it only if the block raises."""
+def _native_stderr_held_back(show: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Hold back what native code writes to file descriptor 2 in the block; show it only if the block raises,
+    or if `show()` says so after it."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
@@ -27,13 +29,32 @@ def _native_stderr_held_back() -> Iterator[None]:
         try:
             yield
         except BaseException:
-            os.dup2(saved, 2)
-            capture.seek(0)
-            sys.stderr.write(capture.read().decode(errors="replace"))
+            _replay(capture, saved)
             raise
+        else:
+            if show():
+                _replay(capture, saved)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def _replay(capture: IO[bytes], saved: int) -> None:
+    os.dup2(saved, 2)
+    capture.seek(0)
+    sys.stderr.write(capture.read().decode(errors="replace"))
+
+
+def gpus_quietly() -> list:
+    """TensorFlow's GPUs. On a machine without an NVIDIA device (the GPU image run on CPU), CUDA's "failed call
+    to cuInit" lines only say that, which the start-up line says too: they are dropped. Where /dev/nvidia*
+    exists and no GPU is found, they are the diagnosis, and are shown."""
+    import tensorflow as tf
+
+    found: list = []
+    with _native_stderr_held_back(show=lambda: not found and bool(glob.glob("/dev/nvidia[0-9]*"))):
+        found.extend(tf.config.list_physical_devices("GPU"))
+    return found
 
 
 def import_tensorflow_quietly() -> None:
