@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build hvd_mnist's container images with docker or podman, from the repository root's Dockerfiles.
+# Build hvd_mnist's container images with docker or podman, from docker/Dockerfile (one recipe, two flavors).
 #
 #   scripts/build_images.sh [--engine docker|podman] [--local-base] [--gpu] [--tag PREFIX] [--ca-bundle FILE]
 #
 #   --engine      which engine (default: $HVD_MNIST_ENGINE, else docker if its daemon answers, else podman)
-#   --local-base  make the CPU image's base (Debian 13, Python 3.13) from Debian's mirror with mmdebstrap
+#   --local-base  make the images' base (Debian 13, Python 3.13) from Debian's mirror with mmdebstrap
 #                 instead of pulling python:3.13-slim-trixie; done anyway when the pull fails (no registry)
-#   --gpu         also build the GPU image (needs the nvidia/cuda base from a registry; skipped, saying so,
-#                 when it cannot be pulled)
+#   --gpu         also build the GPU image: Debian 13's CUDA 12.4 and NCCL from the same mirror, Horovod with
+#                 NCCL (builds on a machine without a GPU; about 2 GB of CUDA packages in its builder stage)
 #   --tag PREFIX  image names PREFIX:cpu and PREFIX:gpu (default: hvd-mnist)
 #   --ca-bundle   a CA bundle for pip inside the build, given as a build secret (never stored in a layer),
 #                 for machines behind a TLS-inspecting proxy
@@ -15,9 +15,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CPU_BASE="docker.io/library/python:3.13-slim-trixie"
+BASE="docker.io/library/python:3.13-slim-trixie"
 LOCAL_BASE="localhost/hvd-mnist-base:trixie-1"  # Debian 13 with its python3 3.13, made here (-N: its recipe)
-GPU_BASES=(docker.io/nvidia/cuda:12.5.1-devel-ubuntu22.04 docker.io/nvidia/cuda:12.5.1-runtime-ubuntu22.04)
 DEBIAN_SUITE="trixie"
 PULL_TIMEOUT_S=60
 
@@ -73,32 +72,29 @@ make_local_base() {  # Debian 13's minimal system with its python3 (3.13) and ve
   rm -rf "$work"
 }
 
-build() {  # build DOCKERFILE IMAGE [BUILD ARGS...]
-  local dockerfile="$1" image="$2"
-  shift 2
-  local args=(build -f "$ROOT/$dockerfile" -t "$image" "$@")
+build() {  # build IMAGE [BUILD ARGS...]
+  local image="$1"
+  shift
+  local args=(build -f "$ROOT/docker/Dockerfile" -t "$image" "$@")
   [[ "$engine" == podman ]] && args+=(--pull=never --format docker)
   [[ -n "$ca_bundle" ]] && args+=(--secret "id=pip_cert,src=$ca_bundle")
-  say "building $image from $dockerfile with $engine"
+  say "building $image with $engine"
   DOCKER_BUILDKIT=1 "$engine" "${args[@]}" "$ROOT" >&2 || fail "building $image failed (see the build output above)"
   printf '%s\n' "$image"
 }
 
-base="$CPU_BASE"
-if $local_base || ! pulled "$CPU_BASE"; then
-  $local_base || say "cannot pull $CPU_BASE; making an equivalent base locally"
+base="$BASE"
+if $local_base || ! pulled "$BASE"; then
+  $local_base || say "cannot pull $BASE; making an equivalent base locally"
   make_local_base
   base="$LOCAL_BASE"
 fi
-built=("$(build docker/Dockerfile.cpu "$prefix:cpu" --build-arg "BASE_IMAGE=$base")")
-size="$("$engine" image inspect --format '{{.Size}}' "$prefix:cpu")"
-say "$prefix:cpu is $((size / 1000000)) MB"
-
-if $gpu; then
-  if pulled "${GPU_BASES[0]}" && pulled "${GPU_BASES[1]}"; then  # both stages' bases: podman builds --pull=never
-    built+=("$(build docker/Dockerfile "$prefix:gpu")")
-  else
-    say "GPU image skipped: cannot pull ${GPU_BASES[*]} (no CUDA base image is reachable from here)"
-  fi
-fi
+flavors=(cpu)
+$gpu && flavors+=(gpu)
+built=()
+for flavor in "${flavors[@]}"; do
+  built+=("$(build "$prefix:$flavor" --build-arg "BASE_IMAGE=$base" --build-arg "FLAVOR=$flavor")")
+  size="$("$engine" image inspect --format '{{.Size}}' "$prefix:$flavor")"
+  say "$prefix:$flavor is $((size / 1000000)) MB"
+done
 printf '%s\n' "${built[@]}"

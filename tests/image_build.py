@@ -1,6 +1,6 @@
-"""The CPU image build for test_containers.py, started in the background at the lowest CPU priority as soon as
-the session has collected those tests (conftest runs them last), so that the build's download and compile
-overlap the rest of the suite instead of adding to it."""
+"""The image builds (CPU and GPU flavors) for test_containers.py, started in the background at the lowest CPU
+priority as soon as the session has collected those tests (conftest runs them last), so that the builds'
+downloads and compiles overlap the rest of the suite instead of adding to it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ PODMAN_CONF = ROOT / "docker" / "podman-containers.conf"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TAG = "hvd-mnist-test"
 IMAGE = f"{TAG}:cpu"
+GPU_IMAGE = f"{TAG}:gpu"
 
 
 def engine() -> str | None:
@@ -40,7 +41,7 @@ class ImageBuild:
 
     def __init__(self, engine_name: str) -> None:
         command = ["nice", "-n", "19", "ionice", "-c", "3", "bash", str(ROOT / "scripts" / "build_images.sh"),
-                   "--engine", engine_name, "--tag", TAG]
+                   "--engine", engine_name, "--tag", TAG, "--gpu"]
         if HOST_CA_BUNDLE.exists():  # test builds only: pip behind this machine's TLS-inspecting proxy
             command += ["--ca-bundle", str(HOST_CA_BUNDLE)]
         handle, path = tempfile.mkstemp(prefix="hvd-mnist-image-build-", suffix=".log")

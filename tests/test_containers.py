@@ -1,10 +1,13 @@
-"""The CPU image, built by scripts/build_images.sh and run for real (podman, or docker where its daemon runs):
-help as a non-root user, a 2-rank job inside one container, a host directory as the run directory written as
-the host's user, and a two-container cluster over the image's own sshd, launched by horovodrun and by mpirun."""
+"""The images, built by scripts/build_images.sh and run for real (podman, or docker where its daemon runs).
+CPU: help as a non-root user, a 2-rank job inside one container, a host directory as the run directory written
+as the host's user, and a two-container cluster over the image's own sshd, launched by horovodrun and by mpirun.
+GPU (built here without a GPU): Horovod with NCCL, every library of its TensorFlow op found, no compilers or
+CUDA toolkit, and a 2-rank job that falls back to the CPU with identical weights."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -64,13 +67,24 @@ def engine_cli() -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="module")
-def image(engine_cli: Engine) -> str:
-    """hvd-mnist-test:cpu, built by the real build script (started in the background when the session began)."""
+def images(engine_cli: Engine) -> list[str]:
+    """hvd-mnist-test:cpu and :gpu, built by the real build script (started in the background when the session
+    began)."""
     image_build.start()
     status, printed, log_tail = image_build.started().wait(timeout=BUILD_TIMEOUT)
     assert status == 0, log_tail
-    assert printed.split() == [image_build.IMAGE]
+    assert printed.split() == [image_build.IMAGE, image_build.GPU_IMAGE]
+    return printed.split()
+
+
+@pytest.fixture(scope="module")
+def image(images: list[str]) -> str:
     return image_build.IMAGE
+
+
+@pytest.fixture(scope="module")
+def gpu_image(images: list[str]) -> str:
+    return image_build.GPU_IMAGE
 
 
 def test_image_prints_help_as_a_non_root_user_on_python_313(engine_cli, image):
@@ -138,10 +152,50 @@ def test_a_two_container_cluster_trains_with_identical_weights(engine_cli, clust
         command = ["horovodrun", "-np", "2", "-H", "a:1,b:1", "python", "-m", "hvd_mnist"]
     else:
         command = ["mpirun", "-np", "2", "-H", "a:1,b:1", "-x", "PATH", "-x", "VIRTUAL_ENV",
-                   "-x", "CUDA_VISIBLE_DEVICES", "python", "-m", "hvd_mnist"]
+                   "python", "-m", "hvd_mnist"]
     proc = engine_cli("exec", cluster["a"], *command, *SHORT_RUN, "--output-dir", run_dir)
     output = proc.stdout + proc.stderr
     assert "2 rank(s) over" in output and "weights identical on all 2 ranks" in output, output[-3000:]
     end = metrics_events(engine_cli("exec", cluster["a"], "cat", f"{run_dir}/metrics.jsonl").stdout)[-1]
     assert end["step"] == 100 and len(end["weights_sha256"]) == 2 and len(set(end["weights_sha256"])) == 1
     assert engine_cli("exec", cluster["b"], "test", "-e", run_dir, check=False).returncode != 0
+
+
+# --- the GPU image, on a machine without a GPU -------------------------------------------------------------------
+
+HOROVOD_TF_LIBRARY = "/opt/venv/lib/python3.13/site-packages/horovod/tensorflow/mpi_lib.cpython-313-x86_64-linux-gnu.so"
+
+
+def test_gpu_image_has_horovod_with_nccl_mpi_and_gloo(engine_cli, gpu_image):
+    check = engine_cli.run(gpu_image, "horovodrun", "--check-build").stdout
+    for line in ("[X] TensorFlow", "[X] MPI", "[X] Gloo", "[X] NCCL"):
+        assert line in check, check
+    nccl = engine_cli.run(gpu_image, "python", "-c", "import horovod.tensorflow as h; print(h.nccl_built())").stdout
+    assert int(nccl.split()[-1]) >= 22000  # NCCL 2.22 from Debian 13's libnccl2 (version as 2 22 03 -> 22203)
+
+
+def test_every_library_of_horovods_tensorflow_op_is_found(engine_cli, gpu_image):
+    """ldd, with TensorFlow's folder on the path as importing TensorFlow puts it: NCCL from libnccl2, TensorFlow's
+    own libraries, MPI; nothing missing. (The CUDA runtime is linked in statically, Horovod's default.)"""
+    tf_dir = "/opt/venv/lib/python3.13/site-packages/tensorflow"
+    ldd = engine_cli.run("-e", f"LD_LIBRARY_PATH={tf_dir}", gpu_image, "ldd", HOROVOD_TF_LIBRARY).stdout
+    assert "not found" not in ldd, ldd
+    for library in ("libnccl.so.2", "libtensorflow_framework.so.2", "libtensorflow_cc.so.2", "libmpi.so"):
+        assert f"{library}" in ldd, ldd
+
+
+def test_gpu_image_runs_as_a_user_without_compilers_or_cuda_toolkit(engine_cli, gpu_image):
+    who = engine_cli.run(gpu_image, "sh", "-c", "id -u; env | grep ^NVIDIA_ | sort").stdout.split()
+    assert who == ["1000", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "NVIDIA_VISIBLE_DEVICES=all"]
+    engine_cli.run(gpu_image, "sh", "-c", "! command -v gcc && ! command -v g++ && ! command -v nvcc && "
+                   "! command -v cmake && ! ls /usr/include/cuda.h /usr/lib/x86_64-linux-gnu/libcuda.so.1")
+
+
+def test_gpu_image_falls_back_to_the_cpu_with_identical_weights(engine_cli, gpu_image):
+    """No GPU is visible here: each rank says it took the CPU, and the run is the CPU image's."""
+    proc = engine_cli.run(gpu_image, "horovodrun", "-np", "2", "python", "-m", "hvd_mnist", "--steps", "100",
+                          "--log-every", "50", "--output-dir", "run")
+    output = proc.stdout + proc.stderr
+    assert re.search(r"2 rank\(s\) over \w+; rank 0 on \S+: CPU \(.*\); rank 1 on \S+: CPU \(", output), output[-3000:]
+    assert "weights identical on all 2 ranks" in output and "done: step 100" in output
+    assert "Traceback" not in output and "cuInit" not in output  # CUDA's "no driver here" lines are held back

