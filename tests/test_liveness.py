@@ -18,6 +18,7 @@ from helpers import wait_for as wait_for_seconds
 from hvd_mnist.runtime import heartbeats as heartbeats_module
 from hvd_mnist.runtime import transport
 from hvd_mnist.runtime import watchdog as watchdog_module
+from hvd_mnist.runtime.guard import link_failure
 from hvd_mnist.runtime.heartbeats import Heartbeats, describe
 from hvd_mnist.runtime.process import Process, boot_id, start_ticks
 from hvd_mnist.runtime.watchdog import Watchdog
@@ -118,6 +119,17 @@ def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
         pass
     time.sleep(0.5)
     assert len(fired) == 2
+
+
+def test_a_failed_link_is_named_when_no_rank_died():
+    """Gloo's own words for the connection that broke (here from a real run over a shaper that dropped every
+    large packet), else the generic cause."""
+    gloo = ("[/tmp/horovod-0.28.1/third_party/compatible17_gloo/gloo/transport/tcp/pair.cc:590] Read error "
+            "[127.0.0.1]:34696: Connection timed out")
+    assert link_failure(gloo) == ("the connection to 127.0.0.1:34696 failed (read error: connection timed out) and "
+                                  "no rank is known to have died: the network between the ranks drops or blocks "
+                                  "their traffic")
+    assert link_failure("Horovod has been shut down.") == "a worker died or is unreachable"
 
 
 def test_the_watchdog_gives_up_early_once_a_peer_is_gone(monkeypatch):

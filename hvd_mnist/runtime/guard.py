@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 from collections.abc import Iterator
 
@@ -17,6 +18,20 @@ from hvd_mnist.runtime.watchdog import Watchdog
 
 log = logging.getLogger("hvd_mnist")
 CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why
+
+
+def link_failure(message: str) -> str:
+    """The cause of a failed collective that no heartbeat explains: no rank is known to have died, so the
+    connection the transport names (Gloo's "Read error [ADDRESS]:PORT: REASON") is what failed: a link that
+    drops, blocks or cannot carry the ranks' traffic (a firewall, a partition, a traffic shaper whose bucket
+    is smaller than a packet, which drops every large one)."""
+    found = re.search(r"\b(Read|Write|Connect)\w* (error|timeout) \[?([\w.:-]+?)\]?:(\d+)(?:: ([^\n\]]+))?", message)
+    if found is None:
+        return "a worker died or is unreachable"
+    verb, kind, host, port, reason = found.groups()
+    what = f"{verb.lower()} {kind}" + (f": {reason.strip().lower()}" if reason else "")
+    return (f"the connection to {host}:{port} failed ({what}) and no rank is known to have died: the network "
+            "between the ranks drops or blocks their traffic")
 
 
 class CollectiveGuard:
@@ -48,11 +63,11 @@ class CollectiveGuard:
         with self.watchdog.watching(step, what):
             try:
                 yield
-            except tf.errors.OpError:
+            except tf.errors.OpError as err:
                 if self.elastic:
                     raise
-                cause = self.heartbeats.cause(wait=CAUSE_WAIT_S)
-                raise WorkerLost(f"collective failed after step {step}: {cause or 'a worker died or is unreachable'}"
+                cause = self.heartbeats.cause(wait=CAUSE_WAIT_S) or link_failure(err.message)
+                raise WorkerLost(f"collective failed after step {step}: {cause}"
                                  f"{self.last_checkpoint()}; rerun with --resume") from None
 
     def state(self, error: RunEnded) -> None:
