@@ -3,6 +3,7 @@
     .venv/bin/python scripts/benchmark.py [--out bench_out/] [--repeats 3] [--steps 300] [--quick]
                                           [--time-to-accuracy [--tta-target 0.85] [--tta-eval-every 50]
                                            [--tta-max-steps 3000] [--tta-lr 0.1]] [--gpu]
+    .venv/bin/python scripts/benchmark.py --shaped-links [--out bench_out/]
 
 Converts the offline MNIST sample to TFRecords (and an npz copy for the peers) once, then runs every
 configuration `--repeats` times, interleaved, at per-worker batches 100 and 1000, with the first fifth of
@@ -29,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import shaped
 from bench.configs import HVD_NP2, cpu_configs, gpu_configs, plan_for
 from bench.launching import ROOT, gpu_present, network_namespace_works
 from bench.race import TTA_BATCH, race_possible, race_target, time_to_accuracy
@@ -57,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tta-lr", type=float, default=0.1, help="learning rate of the racers (default 0.1)")
     parser.add_argument("--gpu", action="store_true", help="the GPU variant: np=1 on one GPU, mixed precision off/on")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed to each job (default 300)")
+    parser.add_argument("--shaped-links", action="store_true",
+                        help="instead: N = 2, 3, 4 ranks on as many network-namespace hosts, links shaped to 1000, "
+                             "200 and 20 Mbit/s; allreduce and training steps against the ring model (~10 min, "
+                             "root; writes OUT/shaped_links.json; docs/scaling.md)")
     parser.add_argument("--only", nargs="+", metavar="KEY", default=[],
                         help="run only these configurations, by results.json key (e.g. floor hvd_np1)")
     args = parser.parse_args(argv)
@@ -80,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Measure, print the table, race if asked, write results.json and the chart; 1 if any run failed."""
     args = parse_args(argv)
+    if args.shaped_links:
+        return shaped.run(args.out, args.timeout)
     if args.gpu and not gpu_present():
         print("benchmark: error: --gpu needs a GPU that TensorFlow can see, and none was found", file=sys.stderr)
         return 1
