@@ -87,6 +87,11 @@ def peer_args(script: str) -> ArgvBuilder:
     return build
 
 
+def one_core_floor_args(plan: Plan, batch: int, run_dir: Path, _threads: int) -> list[str]:
+    """The floor on one thread (its launcher holds it to one core): what one rank of np=2 has to work with."""
+    return peer_args("floor.py")(plan, batch, run_dir, 1)
+
+
 def pipeline_args(plan: Plan, batch: int, run_dir: Path, _threads: int) -> list[str]:
     """The input pipeline alone, on the trainer's TFRecords."""
     return [str(PEERS / "pipeline_only.py"), "--records", str(plan.train_records), "--batch-size", str(batch),
@@ -140,12 +145,17 @@ def peer(key: str, label: str, launcher: str, script: str) -> Config:
 
 FLOOR = Config("floor", "compute floor (1 process, tf.function)", "floor", "python", 1, peer_args("floor.py"),
                read_result)
+# The denominator of the true parallel efficiency: np=2 runs one rank per core, so 2 x this is what two ranks would
+# do with no collective and no synchronisation at all.
+FLOOR_ONE_CORE = Config("floor_1core", "compute floor on 1 core, 1 thread", "floor", "one-core", 1,
+                        one_core_floor_args, read_result)
 
 
 def cpu_configs() -> list[Config]:
     """Every configuration of the CPU benchmark, in table order."""
     return [
         FLOOR,
+        FLOOR_ONE_CORE,
         hvd_mnist("hvd_np1", "hvd_mnist np=1 (horovodrun --gloo)", "gloo", 1),
         hvd_mnist("hvd_np2_gloo", "hvd_mnist np=2 (horovodrun --gloo)", "gloo", 2),
         hvd_mnist("hvd_np2_mpirun", "hvd_mnist np=2 (mpirun)", "mpirun", 2),

@@ -38,9 +38,11 @@ def launcher_env(gpu: bool = False, gloo_loopback: bool = False) -> dict[str, st
 
 
 def launcher_prefix(launcher: str, np_: int) -> list[str]:
-    """argv that starts np_ copies of what follows it (python | gloo | mpirun | local)."""
+    """argv that starts np_ copies of what follows it (python | one-core | gloo | mpirun | local)."""
     if launcher == "python":
         return []
+    if launcher == "one-core":
+        return ["taskset", "--cpu-list", "0"]
     if launcher == "gloo":
         return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}"]
     if launcher == "mpirun":

@@ -37,9 +37,11 @@ def table(summary: Summary, derived: dict[int, dict], configs: list[Config], bat
             spread = f"{rate['min']:,.0f}..{rate['max']:,.0f}"
             lines.append(f"{c.label:<42}{rate['median']:>12,.0f}{spread:>22}"
                          f"{stats['sec_per_batch']['median'] * 1000:>9.2f}{vs_floor:>9}{vs_peer:>13}")
-        efficiency = d["scaling_efficiency"]
+        efficiency, true = d["scaling_efficiency"], d["true_efficiency"]
         lines.append(f"scaling efficiency np=2/(2 x np=1): gloo {fmt(efficiency['hvd_np2_gloo'], '.2f')}, "
                      f"mpirun {fmt(efficiency['hvd_np2_mpirun'], '.2f')}")
+        lines.append(f"true parallel efficiency np=2/(2 x floor on 1 core): gloo {fmt(true['hvd_np2_gloo'], '.2f')}, "
+                     f"mpirun {fmt(true['hvd_np2_mpirun'], '.2f')}")
     for c in configs:
         stats = summary.get(c.key, {}).get(None)  # measured once, not per batch: the allreduce
         if stats:

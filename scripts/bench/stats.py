@@ -62,11 +62,14 @@ def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[
         floor = median(summary, "floor", batch)
         floor_step = median(summary, "floor", batch, "sec_per_batch")
         np1 = median(summary, "hvd_np1", batch)
+        one_core = median(summary, "floor_1core", batch)
         training_per_rank = ratio(max_rate(summary, HVD_NP2, batch), 2)
         derived[batch] = {
             "best_peer": peer_key,
             "scaling_efficiency": {key: ratio(median(summary, key, batch), 2 * np1) if np1 else None
                                    for key in HVD_NP2},
+            "true_efficiency": {key: ratio(median(summary, key, batch), 2 * one_core) if one_core else None
+                                for key in HVD_NP2},
             "throughput_vs_floor": {key: ratio(median(summary, key, batch), floor) for key in training},
             "throughput_vs_best_peer": {key: ratio(median(summary, key, batch), peer_rate) for key in training},
             "step_time_vs_floor": {key: ratio(median(summary, key, batch, "sec_per_batch"), floor_step)
@@ -87,6 +90,10 @@ def targets(summary: Summary, derived: dict[int, dict], configs: list[Config], b
             result[f"{key}_beats_every_peer_b{batch}"] = {
                 "met": None if rate is None or peer_rate is None else rate >= peer_rate,
                 "hvd_mnist": rate, "best_peer": peer_rate}
+            efficiency = derived[batch]["true_efficiency"][key]
+            goal = 0.90 if batch >= 1000 else 0.80
+            result[f"{key}_true_efficiency_{goal:.2f}_b{batch}"] = {
+                "met": None if efficiency is None else efficiency >= goal, "efficiency": efficiency}
         pipeline = derived[batch]["pipeline_vs_training_per_rank"]
         result[f"pipeline_10x_training_b{batch}"] = {"met": None if pipeline is None else pipeline >= 10,
                                                     "ratio": pipeline}
