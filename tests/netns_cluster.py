@@ -11,15 +11,14 @@ Traffic only ever flows between addresses inside these namespaces.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.links import remove_namespace
 from helpers import sshd_privsep_dir
 
 SSHD = "/usr/sbin/sshd"
@@ -177,23 +176,8 @@ class NetnsCluster:
                 proc.kill()
                 proc.wait(timeout=5)
         for netns in self._created:
-            self._kill_namespace_processes(netns)
-            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
-            shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
+            remove_namespace(netns)
         self._created.clear()
         self._sshd.clear()
         # The peer end disappears with its namespace; the root-namespace end exists only after a failed move.
         subprocess.run(["ip", "link", "del", self.veth[0]], capture_output=True, timeout=30)
-
-    @staticmethod
-    def _kill_namespace_processes(netns: str) -> None:
-        """SIGTERM, then SIGKILL, what is still running in a namespace this cluster created (stray ranks)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            proc = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=30)
-            pids = [int(pid) for pid in proc.stdout.split()]
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            time.sleep(1.0)

@@ -122,16 +122,21 @@ class ShapedHosts:
     def close(self) -> None:
         """Kill what still runs in the namespaces, then delete them and their /etc/netns files."""
         for namespace in self._namespaces:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True,
-                                        timeout=30)
-                pids = [int(pid) for pid in listed.stdout.split()]
-                if not pids:
-                    break
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, sig)
-                time.sleep(0.5)
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=30)
-            shutil.rmtree(Path("/etc/netns") / namespace, ignore_errors=True)
+            remove_namespace(namespace)
         self._namespaces.clear()
+
+
+def remove_namespace(namespace: str) -> None:
+    """SIGTERM, then SIGKILL, what still runs in a network namespace (stray ranks), then delete it and its
+    /etc/netns files. The tests' clusters end theirs this way too."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
+        pids = [int(pid) for pid in listed.stdout.split()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        time.sleep(0.5)
+    subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=30)
+    shutil.rmtree(Path("/etc/netns") / namespace, ignore_errors=True)
