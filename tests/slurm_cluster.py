@@ -97,7 +97,8 @@ class SlurmCluster:
         return self.munge_dir / "munge.socket"
 
     def _write_conf(self) -> None:
-        """One partition of every node, 2 CPUs each (the machine's cores, shared), no accounting daemon."""
+        """One partition of every node, 2 CPUs each (the machine's cores, shared), no accounting daemon: each run
+        of a job is recorded in a job completion file, which `sacct --completion` reads."""
         work = self.workdir
         for folder in ("state", "tmp", *(f"spool/{node.name}" for node in self.nodes)):
             (work / folder).mkdir(parents=True, exist_ok=True)
@@ -117,6 +118,7 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nSchedulerType=sched/backfill\n"
             "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+            f"JobCompType=jobcomp/filetxt\nJobCompLoc={work / 'jobcomp.log'}\n"
             f"KillWait={KILL_WAIT_S}\nJobRequeue=0\nReturnToService=2\nSlurmdTimeout=10\nMinJobAge=600\n"
             "SchedulerParameters=sched_interval=2\n"
             f"{nodes}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")

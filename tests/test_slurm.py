@@ -123,6 +123,9 @@ def test_requeue_resumes_from_the_stop_step(slurm, uninterrupted, tmp_path):
     assert 300 <= resumed_at_the_stop_step(job) < STEPS
     assert f"resuming {job.run_dir.relative_to(tmp_path)}" in job.log()
     assert job.final_weights() == uninterrupted
+    # Two runs of one job in Slurm's job completion records (jobcomp/filetxt logs a requeued run as PENDING).
+    runs = slurm.run("sacct", "--completion", "-j", str(job.id), "-n", "-P", "-o", "JobID,State").stdout.split()
+    assert runs == [f"{job.id}|PENDING", f"{job.id}|COMPLETED"], runs
 
 
 def test_time_limit_warning_checkpoints_and_requeues(slurm, uninterrupted, tmp_path):
