@@ -67,8 +67,7 @@ class CollectiveGuard:
                 if self.elastic:
                     raise
                 cause = self.heartbeats.cause(wait=CAUSE_WAIT_S) or link_failure(err.message)
-                raise WorkerLost(f"collective failed after step {step}: {cause}"
-                                 f"{self.last_checkpoint()}; rerun with --resume") from None
+                raise WorkerLost(self._failed(step, cause)) from None
 
     def state(self, error: RunEnded) -> None:
         """Before this rank ends for a reason of its own, tell the others (a consequence is not a reason)."""
@@ -77,6 +76,10 @@ class CollectiveGuard:
 
     def last_checkpoint(self) -> str:
         return f"; last good checkpoint: {self.heartbeats.checkpoint or 'none'}"
+
+    def _failed(self, step: int, cause: str | None) -> str:
+        """The one line for a collective that failed, or that the watchdog gave up on, for `cause`."""
+        return f"collective failed after step {step}: {cause}{self.last_checkpoint()}; rerun with --resume"
 
     def _peer_gone(self) -> bool:
         """A peer died or said it is ending: a collective waiting for it cannot finish (elastic runs leave that
@@ -87,8 +90,7 @@ class CollectiveGuard:
     def _timed_out(self, step: int, what: str, waited: float) -> bool:
         """The watchdog fired: kill stopped peers here in elastic runs (True: keep waiting), else say why."""
         if waited < self.timeout:  # a peer is gone: the collective would fail, given a working error path
-            print(f"hvd-mnist: error: collective failed after step {step}: {self.heartbeats.cause()}"
-                  f"{self.last_checkpoint()}; rerun with --resume", file=sys.stderr, flush=True)
+            print(f"hvd-mnist: error: {self._failed(step, self.heartbeats.cause())}", file=sys.stderr, flush=True)
             return False
         if self.elastic:
             killed = [process.rank for process in self.heartbeats.silent_processes() if process.kill()]
