@@ -181,6 +181,8 @@ def plan_inputs(points: list[Point], analysis: dict) -> dict:
                  "seconds": p.seconds, "launcher": p.launcher, "batch": 100,
                  **({"compute_ms": unshaped[str(p.n)] * 1000} if p.kind == "step" else {})}
                 for p in points if p.link_mbit is not None and (p.kind != "step" or str(p.n) in unshaped)]
-    fits = {f"{float(rate):g}": {"alpha_s": fit["alpha_s"], "bandwidth_bytes_per_s": fit["bandwidth_bytes_per_s"]}
+    # Keyed as scaling_plan.py keys a link ("RATE/LAUNCHER"): the plan uses these fits of Gloo's float32
+    # allreduces, the ones this mode printed, instead of fitting the same runs again; other launchers it fits.
+    fits = {f"{float(rate):g}/gloo": {"alpha_s": fit["alpha_s"], "bandwidth_bytes_per_s": fit["bandwidth_bytes_per_s"]}
             for rate, fit in analysis["fits"].items()}
     return {"measured": measured, "fits": fits}
