@@ -49,7 +49,11 @@ def test_results_json_has_every_configuration_with_positive_figures(bench_out):
         for name in wanted:
             assert figures[name]["median"] > 0, (key, name)
     assert all("error" not in run and run["wall_s"] > 0 for run in results["runs"])
-    assert results["derived"]["100"]["best_peer"] in results["configs"]
+    derived = results["derived"]["100"]
+    assert derived["best_peer"] in results["configs"]
+    for key in ("hvd_np2_gloo", "hvd_np2_mpirun"):  # true efficiency = trainer's work x collective efficiency
+        assert derived["true_efficiency"][key] == pytest.approx(
+            derived["trainer_work_vs_floor_1core"] * derived["collective_efficiency"][key])
     assert all("met" in target for target in results["targets"].values())
 
 

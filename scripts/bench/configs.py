@@ -157,6 +157,7 @@ def cpu_configs() -> list[Config]:
         FLOOR,
         FLOOR_ONE_CORE,
         hvd_mnist("hvd_np1", "hvd_mnist np=1 (horovodrun --gloo)", "gloo", 1),
+        hvd_mnist("hvd_np1_1core", "hvd_mnist np=1 on 1 core", "one-core", 1),
         hvd_mnist("hvd_np2_gloo", "hvd_mnist np=2 (horovodrun --gloo)", "gloo", 2),
         hvd_mnist("hvd_np2_mpirun", "hvd_mnist np=2 (mpirun)", "mpirun", 2),
         peer("peer_mwms", "peer: TF MultiWorkerMirrored np=2", "local", "mwms.py"),

@@ -42,6 +42,10 @@ def table(summary: Summary, derived: dict[int, dict], configs: list[Config], bat
                      f"mpirun {fmt(efficiency['hvd_np2_mpirun'], '.2f')}")
         lines.append(f"true parallel efficiency np=2/(2 x floor on 1 core): gloo {fmt(true['hvd_np2_gloo'], '.2f')}, "
                      f"mpirun {fmt(true['hvd_np2_mpirun'], '.2f')}")
+        collective = d["collective_efficiency"]
+        lines.append(f"  = np=1 on 1 core / floor on 1 core {fmt(d['trainer_work_vs_floor_1core'], '.2f')}"
+                     f" x collective efficiency np=2/(2 x np=1 on 1 core): gloo "
+                     f"{fmt(collective['hvd_np2_gloo'], '.2f')}, mpirun {fmt(collective['hvd_np2_mpirun'], '.2f')}")
     for c in configs:
         stats = summary.get(c.key, {}).get(None)  # measured once, not per batch: the allreduce
         if stats:

@@ -63,6 +63,7 @@ def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[
         floor_step = median(summary, "floor", batch, "sec_per_batch")
         np1 = median(summary, "hvd_np1", batch)
         one_core = median(summary, "floor_1core", batch)
+        trainer_one_core = median(summary, "hvd_np1_1core", batch)
         training_per_rank = ratio(max_rate(summary, HVD_NP2, batch), 2)
         derived[batch] = {
             "best_peer": peer_key,
@@ -70,6 +71,11 @@ def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[
                                    for key in HVD_NP2},
             "true_efficiency": {key: ratio(median(summary, key, batch), 2 * one_core) if one_core else None
                                 for key in HVD_NP2},
+            # The true efficiency's two factors: the trainer's own work beside the floor's (moving average, L2,
+            # input pipeline), and the collectives against that same work on one core.
+            "trainer_work_vs_floor_1core": ratio(trainer_one_core, one_core),
+            "collective_efficiency": {key: ratio(median(summary, key, batch), 2 * trainer_one_core)
+                                      if trainer_one_core else None for key in HVD_NP2},
             "throughput_vs_floor": {key: ratio(median(summary, key, batch), floor) for key in training},
             "throughput_vs_best_peer": {key: ratio(median(summary, key, batch), peer_rate) for key in training},
             "step_time_vs_floor": {key: ratio(median(summary, key, batch, "sec_per_batch"), floor_step)
