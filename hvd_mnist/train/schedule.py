@@ -42,10 +42,14 @@ class MovingAverage(tf.Module):
         self.shadows = [tf.Variable(v, trainable=False, name=v.name.split(":")[0] + "_ema") for v in variables]
 
     def update(self, variables: list[tf.Variable], step: tf.Tensor) -> None:
-        """Move each shadow toward its variable by the step-dependent decay."""
-        d = ema_decay(step, self.decay)
+        """Move each shadow toward its variable by the step-dependent decay.
+
+        shadow -= (1 - d) * (shadow - value) as one fused update kernel, the same arithmetic as assign_sub of the
+        product but without writing the product out: one pass over the weights fewer per step.
+        """
+        rate = 1.0 - ema_decay(step, self.decay)
         for shadow, value in zip(self.shadows, variables, strict=True):
-            shadow.assign_sub((1.0 - d) * (shadow - value))
+            tf.raw_ops.ResourceApplyGradientDescent(var=shadow.handle, alpha=rate, delta=shadow - value)
 
     @contextlib.contextmanager
     def applied(self, variables: list[tf.Variable]) -> Iterator[None]:
