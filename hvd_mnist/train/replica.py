@@ -122,8 +122,8 @@ class Replica:
         return {**metrics, "steps": steps}
 
     def _train_step(self, batches: tf.data.Iterator, across_ranks: bool) -> dict[str, tf.Tensor]:
-        """One synchronous SGD update: this rank's gradients summed over `micro_batches` batches, then averaged
-        over the ranks in the step's only collective.
+        """One synchronous SGD update: this rank's gradients averaged over `micro_batches` batches, then
+        averaged over the ranks in the step's only collective.
 
         Returns this rank's mean loss and accuracy, the LR used, the averaged gradients, and `finite`:
         whether every averaged gradient is finite, which is the same on every rank (a NaN anywhere spreads
