@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.configs import cpu_configs  # scripts/bench: conftest's import of helpers put scripts/ on sys.path
+from bench.configs import Config, cpu_configs, plan_for, read_result  # conftest's helpers put scripts/ on sys.path
 from bench.race import race_contenders, race_possible, race_target
 from bench.report import write_results
+from bench.runs import run_config
 from helpers import ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -108,3 +109,15 @@ def test_results_json_keys_batches_as_strings_and_the_allreduce_as_any(tmp_path)
     assert written["summary"] == {"floor": {"100": stats}, "allreduce_gloo": {"any": stats}}
     assert written["derived"] == {"100": {}}
     assert 100 in results["summary"]["floor"]  # the caller's int keys are left as they were
+
+
+def test_a_run_never_reads_what_an_earlier_benchmark_left_in_its_run_directory(tmp_path):
+    run_dir = tmp_path / "runs" / "silent-b100-r0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "result.json").write_text(json.dumps({"examples_per_sec": 1e9}))  # the earlier run's figures
+    (run_dir / "torch_store").write_text("stale rendezvous")
+    silent = Config("silent", "a job that exits 0 and writes nothing", "floor", "python", 1,
+                    lambda *_: ["-c", "pass"], read_result)
+    record = run_config(plan_for(tmp_path / "data"), silent, 100, run_dir)
+    assert "figures" not in record and "result.json" in record["error"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["log.txt"]

@@ -3,6 +3,7 @@ repeats of them all."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from bench.configs import CORES, Config, Plan
@@ -33,7 +34,13 @@ def save_npz(path: Path, images: object, labels: object) -> None:
 
 
 def run_config(plan: Plan, config: Config, batch: int, run_dir: Path) -> dict:
-    """Launch one configuration once; its record (figures and wall time, or the error)."""
+    """Launch one configuration once, in an empty run directory; its record (figures and wall time, or the error).
+
+    A run directory left by an earlier benchmark into the same --out is removed first: its result.json would be
+    read as this run's if this one wrote none, and PyTorch's file store in it sends DDP's ranks to the old
+    run's ports ("Connection refused").
+    """
+    shutil.rmtree(run_dir, ignore_errors=True)
     threads = max(1, CORES // config.np_) if config.np_ > 1 else 0
     argv = [*config.argv(plan, batch, run_dir, threads), *config.extra_args]
     record = {"config": config.key, "batch_size": batch if config.per_batch else None}
