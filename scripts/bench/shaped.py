@@ -20,9 +20,8 @@ from pathlib import Path
 
 from bench.launching import BIN, PEERS, ROOT, BenchmarkError, launcher_env
 from bench.links import INTERFACE, ShapedHosts
-from bench.scaling import MLP_PARAMS, fit_alpha_bandwidth, ring_allreduce_seconds
+from bench.scaling import fit_alpha_bandwidth, gradient_bytes, ring_allreduce_seconds
 
-GRADIENT_BYTES = MLP_PARAMS * 4
 RATES_MBIT = (1000, 200, 20)
 WORKERS = (2, 3, 4)
 MPI_RING = ["-mca", "coll_tuned_use_dynamic_rules", "1", "-mca", "coll_tuned_allreduce_algorithm", "4"]
@@ -43,7 +42,7 @@ class Point:
 
 def nominal(n: int, link_mbit: float, fp16: bool = False) -> float:
     """The model's allreduce seconds at the link's nominal rate, no latency: what sizes each run."""
-    return ring_allreduce_seconds(n, GRADIENT_BYTES / (2 if fp16 else 1), link_mbit * 1e6 / 8, 0.0)
+    return ring_allreduce_seconds(n, gradient_bytes("mlp", fp16), link_mbit * 1e6 / 8, 0.0)
 
 
 def launch(hosts: ShapedHosts, launcher: str, argv: list[str], timeout: int) -> None:
@@ -117,7 +116,7 @@ def analyse(points: list[Point]) -> dict:
     """alpha and B fitted per rate from Gloo's float32 allreduces; every point's prediction and relative error."""
     fits = {}
     for rate in sorted({p.link_mbit for p in points if p.link_mbit}):
-        samples = [(p.n, GRADIENT_BYTES, p.seconds) for p in points
+        samples = [(p.n, gradient_bytes("mlp"), p.seconds) for p in points
                    if p.kind == "allreduce" and p.launcher == "gloo" and not p.fp16 and p.link_mbit == rate]
         if len({n for n, _, _ in samples}) >= 2:
             alpha, bandwidth = fit_alpha_bandwidth(samples)
@@ -129,7 +128,7 @@ def analyse(points: list[Point]) -> dict:
         fit = fits.get(p.link_mbit)
         if fit is None or (p.kind == "step" and p.n not in unshaped):
             continue
-        comm = ring_allreduce_seconds(p.n, GRADIENT_BYTES / (2 if p.fp16 else 1), fit["bandwidth_bytes_per_s"],
+        comm = ring_allreduce_seconds(p.n, gradient_bytes("mlp", p.fp16), fit["bandwidth_bytes_per_s"],
                                       fit["alpha_s"])
         predicted = comm + (unshaped[p.n] if p.kind == "step" else 0.0)
         rows.append({**asdict(p), "predicted": predicted, "error": predicted / p.seconds - 1})
@@ -164,7 +163,7 @@ def run(out: Path, timeout: int, rates: tuple[float, ...] = RATES_MBIT, workers:
         return 1
     analysis = analyse(points)
     print(table(analysis), flush=True)
-    results = {"points": [asdict(p) for p in points], **analysis, "gradient_bytes": GRADIENT_BYTES,
+    results = {"points": [asdict(p) for p in points], **analysis, "gradient_bytes": gradient_bytes("mlp"),
                "seconds": round(time.perf_counter() - started)}
     (out / "shaped_links.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "scaling_inputs.json").write_text(json.dumps(plan_inputs(points, analysis), indent=2) + "\n")
