@@ -132,7 +132,8 @@ class Replica:
         variables = list(self.model.trainable_variables)
         # 1/K and the loss scale are folded into the scalar loss, so the summed gradients need no pass of their
         # own to be averaged; each pass over the 397,510 parameters costs about 0.04 ms (docs/benchmark.md).
-        loss_factor = self.loss_scale / tf.cast(self.micro_batches, tf.float32)
+        count = tf.cast(self.micro_batches, tf.float32)
+        loss_factor = self.loss_scale / count
 
         def micro_batch() -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
             images, labels = next(batches)
@@ -153,7 +154,6 @@ class Replica:
         start = (tf.constant(1, tf.int64), *micro_batch())
         _, sums, loss, correct, seen = tf.while_loop(lambda done, *_: done < self.micro_batches, add_micro_batch,
                                                      start)
-        count = tf.cast(self.micro_batches, tf.float32)
         grads = sums if self.loss_scale == 1.0 else [total / self.loss_scale for total in sums]
         if across_ranks:
             grads = self._allreduce_mean(grads)
