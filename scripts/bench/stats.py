@@ -53,6 +53,11 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator and denominator else None
 
 
+def np2_efficiency(summary: Summary, batch: int, one_rank: float | None) -> dict[str, float | None]:
+    """Each np=2 launch's throughput / (2 x `one_rank`'s): the efficiencies differ only in what one rank is."""
+    return {key: ratio(median(summary, key, batch), 2 * one_rank) if one_rank else None for key in HVD_NP2}
+
+
 def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[int, dict]:
     """Scaling efficiency and ratios to the floor and best peer, per batch."""
     training = [c.key for c in configs if c.per_batch and c.group != "pipeline"]
@@ -67,15 +72,12 @@ def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[
         training_per_rank = ratio(max_rate(summary, HVD_NP2, batch), 2)
         derived[batch] = {
             "best_peer": peer_key,
-            "scaling_efficiency": {key: ratio(median(summary, key, batch), 2 * np1) if np1 else None
-                                   for key in HVD_NP2},
-            "true_efficiency": {key: ratio(median(summary, key, batch), 2 * one_core) if one_core else None
-                                for key in HVD_NP2},
+            "scaling_efficiency": np2_efficiency(summary, batch, np1),
+            "true_efficiency": np2_efficiency(summary, batch, one_core),
             # The true efficiency's two factors: the trainer's own work beside the floor's (moving average, L2,
             # input pipeline), and the collectives against that same work on one core.
             "trainer_work_vs_floor_1core": ratio(trainer_one_core, one_core),
-            "collective_efficiency": {key: ratio(median(summary, key, batch), 2 * trainer_one_core)
-                                      if trainer_one_core else None for key in HVD_NP2},
+            "collective_efficiency": np2_efficiency(summary, batch, trainer_one_core),
             "throughput_vs_floor": {key: ratio(median(summary, key, batch), floor) for key in training},
             "throughput_vs_best_peer": {key: ratio(median(summary, key, batch), peer_rate) for key in training},
             "step_time_vs_floor": {key: ratio(median(summary, key, batch, "sec_per_batch"), floor_step)
