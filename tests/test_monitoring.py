@@ -71,7 +71,9 @@ def test_prometheus_sees_training_and_a_stopped_ranks_heartbeat_age_grow(tmp_pat
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         query = prometheus(port, prometheus_port)
-        wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 100, TIMEOUT, "Prometheus to see step 100")
+        # Step 100 is reported a moment before its checkpoint is written: a scrape in between has no checkpoint age.
+        wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 100 and query("hvd_mnist_seconds_since_checkpoint"),
+                 TIMEOUT, "Prometheus to see step 100 and its checkpoint")
         for series in ("hvd_mnist_loss", "hvd_mnist_train_accuracy", "hvd_mnist_learning_rate",
                        "hvd_mnist_examples_per_second", "hvd_mnist_seconds_since_checkpoint"):
             assert query(series).get("", 0) > 0, series
