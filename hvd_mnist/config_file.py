@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 import tomllib
 import types
@@ -37,6 +38,8 @@ def load(path: Path) -> dict[str, object]:
         raise UserError(f"--config {path}: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"--config {path}: not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"--config {path}: not valid TOML: not UTF-8 text (byte {err.start})") from None
     values = {}
     for name, value in table.items():
         field = name.replace("-", "_")
@@ -61,7 +64,7 @@ def _typed(field: str, value: object, where: str) -> object:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
     elif expected is Path:
-        ok = isinstance(value, str)
+        ok = isinstance(value, str) and bool(value.strip())  # Path("") would quietly mean the current directory
         value = Path(value) if ok else value
     elif typing.get_origin(expected) is list:
         ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
@@ -73,7 +76,7 @@ def _typed(field: str, value: object, where: str) -> object:
 
 
 def _describe(expected: object) -> str:
-    names = {bool: "true or false", int: "an integer", float: "a number", Path: "a path (a string)",
+    names = {bool: "true or false", int: "an integer", float: "a number", Path: "a path (a non-empty string)",
              str: "a string"}
     return names.get(expected, "a list of strings")
 
@@ -108,9 +111,18 @@ def validated(config: TrainConfig, from_file: dict[str, object], path: Path | No
     try:
         config.validate()
     except UserError as err:
-        named = [name for name, value in from_file.items()
-                 if getattr(config, name) == value and re.search(rf"{re.escape(flag(name))}(?![\w-])", str(err))]
-        if named:
-            raise UserError(f"{path}: key '{key(named[0])}': {err}") from None
-        raise
+        raise named(err, config, from_file, path) from None
     return config
+
+
+def named(err: UserError, config: TrainConfig, from_file: dict[str, object], path: Path | None) -> UserError:
+    """`err`, prefixed with the file and key it came from where the flag it names was set by the file."""
+    keys = [name for name, value in from_file.items()
+            if _same(getattr(config, name), value) and re.search(rf"{re.escape(flag(name))}(?![\w-])", str(err))]
+    return UserError(f"{path}: key '{key(keys[0])}': {err}") if keys else err
+
+
+def _same(setting: object, value: object) -> bool:
+    """Whether the setting is still the file's value (NaN, which equals nothing, included)."""
+    nan = isinstance(value, float) and math.isnan(value)
+    return setting == value or (nan and isinstance(setting, float) and math.isnan(setting))

@@ -20,6 +20,8 @@ from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.startup import phase_done
 from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.train.loop import RunResult, TrainingLoop
+from hvd_mnist.train.model import ACTIVATIONS_PER_EXAMPLE
+from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.reporting import configure_logging
 
 log = logging.getLogger("hvd_mnist")
@@ -43,6 +45,18 @@ def load_data(config: TrainConfig) -> Dataset:
     return dataset
 
 
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (MemAvailable: free memory plus what the kernel can reclaim)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def run_session(config: TrainConfig) -> RunResult:
     """Validate, set up the world, and train; raises UserError for bad input, and RunEnded for every ending."""
     config.validate()
@@ -62,6 +76,8 @@ def run_session(config: TrainConfig) -> RunResult:
         phase_done("data_loaded")
         if len(data.train) < world.size:
             raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
+        BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE[config.model],
+                                                     available_memory() // world.local_size)
         run_dir = open_run_dir(config, world, supervisor)
         if world.is_chief:
             supervisor.crash_dir = run_dir.path

@@ -39,7 +39,7 @@ def test_every_field_survives_the_trip_through_toml_and_the_parser(tmp_path):
         decay_examples=11, scale_lr=True, warmup_steps=0, l2=0.0, ema_decay=0.9, seed=4, shuffle=False,
         eval_every=5, target_accuracy=0.5, keep_best=True, output_dir=Path("out"), log_every=2, summary_every=3,
         histogram_every=4, checkpoint_every=6, keep_checkpoints=1, export="best", metrics_port=9100,
-        mlflow="http://tracking:5000", eval_batch_size=8, resume=True,
+        metrics_address="127.0.0.1", mlflow="http://tracking:5000", eval_batch_size=8, resume=True,
         resume_from=None, overwrite=False, mixed_precision=True, loss_scale=64.0, fp16_allreduce=True,
         bind_cpus=False, collective_timeout=0.0, horovod_timeline=True, elastic=True, commit_every=3,
         keep_global_batch=True)
@@ -73,7 +73,7 @@ def test_a_run_directory_keeps_the_experiment_not_the_launch():
     ("scale-lr = 1\n", "run.toml: key 'scale-lr' must be true or false, got 1"),
     ("lr = true\n", "run.toml: key 'lr' must be a number, got True"),
     ("train-records = \"a\"\n", "run.toml: key 'train-records' must be a list of strings, got 'a'"),
-    ("data-dir = 3\n", "run.toml: key 'data-dir' must be a path (a string), got 3"),
+    ("data-dir = 3\n", "run.toml: key 'data-dir' must be a path (a non-empty string), got 3"),
     ("batch-size = 0\n", "run.toml: key 'batch-size': --batch-size must be positive, got 0"),
     ("lr-decay = 2.0\n", "run.toml: key 'lr-decay': --lr-decay must be in (0, 1], got 2.0"),
     ("steps = \n", "run.toml: not valid TOML"),

@@ -51,7 +51,7 @@ def idx_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
     """Find the images and labels files of a split ('train' or 't10k' names), gzipped or not."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise UserError(f"data directory not found: {data_dir}")
+        raise UserError(f"data directory {'is a file' if data_dir.exists() else 'not found'}: {data_dir}")
     prefix = SPLIT_PREFIX[split]
     found = []
     for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):

@@ -74,6 +74,8 @@ def check_record_files(paths: Sequence[str | Path]) -> list[str]:
         matched = sorted(tf.io.gfile.glob(str(pattern)))
         if not matched:
             raise UserError(f"no TFRecord file matches {pattern}")
+        if folders := [path for path in matched if tf.io.gfile.isdir(path)]:
+            raise UserError(f"{folders[0]} is a directory, not a TFRecord file (give the files, or a glob of them)")
         files.extend(matched)
     return files
 

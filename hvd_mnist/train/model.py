@@ -80,6 +80,16 @@ class LeNet5(Classifier):
         return tf.cast(tf.matmul(x, c(self.fc2_w)) + c(self.fc2_b), tf.float32)
 
 
+# Floats a model keeps per example in a training step (inputs, each layer's output before and after its
+# activation, pooling, logits): what decides whether a batch fits in memory (BatchPlan.check_fits).
+_SIDE = IMAGE_SIDE
+ACTIVATIONS_PER_EXAMPLE = {
+    "mlp": NUM_PIXELS + 2 * 500 + NUM_CLASSES,
+    "lenet5": NUM_PIXELS + 2 * _SIDE**2 * 32 + (_SIDE // 2) ** 2 * 32 + 2 * (_SIDE // 2) ** 2 * 64
+    + (_SIDE // 4) ** 2 * 64 + 2 * 512 + NUM_CLASSES,
+}
+
+
 def build_model(name: str, mixed_precision: bool = False) -> Classifier:
     """Instantiate a model by its CLI name; mixed precision computes in float16 on float32 variables."""
     model = {"mlp": MLP, "lenet5": LeNet5}[name]()

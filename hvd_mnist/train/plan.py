@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hvd_mnist.config import TrainConfig
+from hvd_mnist.config import TrainConfig, flag
+from hvd_mnist.errors import UserError
+
+# Bytes a step holds per activation float: float32 values, their gradients, and one temporary of each.
+BYTES_PER_ACTIVATION = 3 * 4
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,22 @@ class BatchPlan:
         """Whether a collective is needed: on one rank an average or a sum is the value itself, and skipping it
         saves a round trip through Horovod's background thread."""
         return self.world_size > 1
+
+    def check_fits(self, train_examples: int, activations_per_example: int, memory_bytes: int) -> None:
+        """UserError, naming the sizes, for a batch that one rank's shard cannot fill (the input pipeline would
+        look for it forever) or whose step cannot fit in this rank's share of the memory."""
+        per_step = self.batch_size * self.micro_batches
+        shard = train_examples // self.world_size
+        what = flag("batch_size") + f" {self.batch_size}"
+        if self.micro_batches > 1:
+            what += f" x {flag('accumulate')} {self.micro_batches} = {per_step} examples a step"
+        if per_step > shard:
+            raise UserError(f"{what} is more than a rank's share of the training data: {shard} examples "
+                            f"({train_examples} over {self.world_size} rank(s))")
+        need = self.batch_size * activations_per_example * BYTES_PER_ACTIVATION
+        if need > memory_bytes:
+            raise UserError(f"{flag('batch_size')} {self.batch_size} needs about {need / 2**30:.1f} GiB for one step's "
+                            f"activations; this rank has {memory_bytes / 2**30:.1f} GiB of memory available")
 
     def describe(self) -> str:
         accumulation = f" x {self.micro_batches} micro-batches" if self.micro_batches > 1 else ""
