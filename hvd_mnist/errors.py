@@ -32,9 +32,10 @@ class StopRequested(RunEnded):
 
     label = "stopped"
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, reason: str) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.reason = reason  # the signal every rank agreed came first
 
 
 class WriteFailed(RunEnded):

@@ -19,7 +19,8 @@ from bench.launching import BIN, launcher_env  # noqa: E402  (shared with script
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
 __all__ = ["BIN", "ROOT", "TIMEOUT", "example_ids", "flip_a_byte", "launcher_env", "metrics_events", "metrics_so_far",
-           "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command", "wait_for", "wait_for_step"]
+           "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command", "wait_for",
+           "wait_for_step"]
 
 
 # --- launching --------------------------------------------------------------------------------------------------
@@ -61,6 +62,22 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def sshd_privsep_dir() -> None:
     """sshd -t and sshd -D need /run/sshd, which a fresh machine has only once something makes it."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+
+
+def rank_pid(marker: str, rank: int) -> int | None:
+    """PID of the trainer process of `rank` (under horovodrun or mpirun) whose command line contains marker."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ranks = {f"HOROVOD_RANK={rank}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
+        if b"hvd_mnist" in cmdline and marker.encode() in cmdline and ranks & set(environ):
+            return int(entry.name)
+    return None
 
 
 # --- a run's metrics.jsonl --------------------------------------------------------------------------------------

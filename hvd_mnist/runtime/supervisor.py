@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
@@ -20,7 +21,7 @@ from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
 from hvd_mnist.runtime.rundir import RunDir
-from hvd_mnist.runtime.stopping import StopSignal
+from hvd_mnist.runtime.stopping import StopSignal, describe, first_cause
 
 T = TypeVar("T")
 
@@ -127,13 +128,14 @@ class Supervisor:
         return self._stop.vote
 
     def stopped(self, step: int, saved: str) -> StopRequested:
-        """The ending of a run that every rank stopped at `step` after a stop request, with its checkpoint."""
-        return StopRequested(f"{self._stop.reason} at step {step}; {saved}; continue with --resume",
-                             self._stop.exit_code())
-
-    @property
-    def stop_reason(self) -> str:
-        return self._stop.reason
+        """The ending of a run that every rank stopped at `step` after a stop request, once rank 0's checkpoint is
+        written: a collective, in which the ranks agree on the signal that came first, so that every rank
+        reports it and exits with its status (a rank that only heard of it would say SIGTERM)."""
+        with self.guarded(step, "agreeing why the ranks stop"):
+            requests = hvd.allgather_object(self._stop.request, name="stop_requests")
+        signum = first_cause(requests)
+        return StopRequested(f"{describe(signum)} at step {step}; {saved}; continue with --resume", 128 + signum,
+                             reason=describe(signum))
 
     def planned_fault(self, point: str) -> int | None:
         """The step at which a fault is injected at `point` on this rank (the reliability tests), or None."""

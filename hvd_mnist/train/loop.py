@@ -93,7 +93,8 @@ class TrainingLoop:
             if self.config.metrics_port is not None:
                 from hvd_mnist.train.monitoring import PrometheusMetrics
 
-                self.listeners.append(PrometheusMetrics(self.config.metrics_port, self.supervisor.liveness).observe)
+                self.listeners.append(PrometheusMetrics(self.config.metrics_address, self.config.metrics_port,
+                                                         self.supervisor.liveness).observe)
             if self.config.mlflow is not None:
                 from hvd_mnist.train.tracking import MlflowTracker
 
@@ -227,9 +228,10 @@ class TrainingLoop:
 
     def _stopped(self, step: int) -> None:
         """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
-        self.reporter.event("stopped", step=step, reason=self.supervisor.stop_reason)
         saved = f"checkpoint {self.checkpoints.latest} written" if self.world.is_chief else "rank 0 checkpointed it"
-        raise self.supervisor.stopped(step, saved)
+        ended = self.supervisor.stopped(step, saved)
+        self.reporter.event("stopped", step=step, reason=ended.reason)
+        raise ended
 
     def _export(self) -> None:
         """The moving-average model as a SavedModel: the final weights, or the best checkpoint's (--export)."""
