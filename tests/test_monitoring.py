@@ -10,9 +10,10 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from helpers import TIMEOUT, launcher_env, run_trainer, trainer_command, wait_for
+from helpers import TIMEOUT, launcher_env, rank_pid, read_metrics, run_trainer, trainer_command, wait_for, wait_for_step
 from peers.local_workers import free_ports  # scripts/ is on the path (helpers)
 
 pytestmark = pytest.mark.slow
@@ -105,6 +106,56 @@ def test_a_metrics_port_in_use_is_one_line(tmp_path):
                            str(tmp_path / "run"), check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hvd-mnist:")]
-    assert lines == [f"hvd-mnist: error: --metrics-port {port}: cannot serve metrics there: Address already in use"]
+    expected = f"hvd-mnist: error: --metrics-port {port}: cannot serve metrics on 0.0.0.0: Address already in use"
+    assert lines == [expected]
     assert "Traceback" not in proc.stderr
 
+
+
+def thread_count(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def scrape(port: int) -> tuple[float, str]:
+    """Seconds one ordinary scrape of rank 0 took, and the page."""
+    started = time.monotonic()
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return time.monotonic() - started, page
+
+
+def test_the_metrics_port_holds_against_half_open_connections(tmp_path):
+    """300 connections that send half a request and wait add no thread to rank 0 (one event loop serves them
+    all), an ordinary scrape among them answers within a second, and the job finishes with equal weights."""
+    run_dir = tmp_path / "run"
+    (port,) = free_ports(1)
+    command = trainer_command("gloo", 2, "--steps", "8000", "--log-every", "50", "--metrics-port", str(port),
+                              "--output-dir", str(run_dir))
+    proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    strangers: list[socket.socket] = []
+    try:
+        wait_for_step(run_dir, 100)
+        pid = rank_pid(str(run_dir), 0)
+        assert pid is not None, "rank 0 not found"
+        seconds, page = scrape(port)
+        assert "hvd_mnist_step" in page
+        before = thread_count(pid)
+        for _ in range(300):
+            stranger = socket.create_connection(("127.0.0.1", port), timeout=5)
+            stranger.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+            strangers.append(stranger)
+        during = thread_count(pid)
+        seconds, page = scrape(port)
+        assert "hvd_mnist_rank_step" in page
+        assert seconds < 1.0, f"a scrape among 300 half-open connections took {seconds:.2f} s"
+        assert during - before <= 1, (before, during)
+        assert proc.poll() is None, "the job ended before the connections were all made: give it more --steps"
+        print(f"rank 0 threads: {before} before, {during} with 300 half-open connections; scrape {seconds:.3f} s")
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    finally:
+        for stranger in strangers:
+            stranger.close()
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, output[-3000:]
+    end = read_metrics(run_dir)[-1]
+    assert end["event"] == "end" and end["step"] == 8000 and len(set(end["weights_sha256"])) == 1

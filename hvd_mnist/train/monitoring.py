@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hvd_mnist.errors import UserError
+from hvd_mnist.train.metrics_endpoint import MetricsEndpoint
 
 # What the Supervisor knows: {rank: (last step, seconds since heard)} and the last good checkpoint's path.
 Liveness = Callable[[], tuple[dict[int, tuple[int, float]], str | None]]
@@ -34,14 +35,15 @@ HELP = {
 class PrometheusMetrics:
     """A /metrics endpoint of rank 0; `observe` takes the events the Reporter writes to metrics.jsonl."""
 
-    def __init__(self, port: int, liveness: Liveness) -> None:
+    def __init__(self, address: str, port: int, liveness: Liveness) -> None:
         self.registry = CollectorRegistry()
         self._gauges = {name: Gauge(f"hvd_mnist_{name}", text, registry=self.registry) for name, text in HELP.items()}
         self.registry.register(_LivenessCollector(liveness))
-        try:
-            start_http_server(port, registry=self.registry)  # a daemon thread: serves until the process ends
+        try:  # a daemon thread: serves until the process ends
+            self.endpoint = MetricsEndpoint(address, port, lambda: generate_latest(self.registry))
         except OSError as err:
-            raise UserError(f"--metrics-port {port}: cannot serve metrics there: {err.strerror}") from None
+            reason = err.strerror or err
+            raise UserError(f"--metrics-port {port}: cannot serve metrics on {address}: {reason}") from None
 
     def observe(self, kind: str, fields: dict[str, Any]) -> None:
         for field, gauge in GAUGES.get(kind, {}).items():
