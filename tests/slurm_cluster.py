@@ -23,7 +23,7 @@ from pathlib import Path
 from netns_cluster import ClusterUnavailable, Host, NetnsCluster
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun")
-READY_TIMEOUT_S = 90.0  # a node that died is declared down after SlurmdTimeout (10 s), then comes back
+READY_TIMEOUT_S = 90.0  # a node that died is declared down after SlurmdTimeout (30 s), then comes back
 KILL_WAIT_S = 20  # SIGTERM to SIGKILL on cancel, requeue and time-out: long enough for a checkpoint here
 
 
@@ -119,7 +119,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nSchedulerType=sched/backfill\n"
             "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
             f"JobCompType=jobcomp/filetxt\nJobCompLoc={work / 'jobcomp.log'}\n"
-            f"KillWait={KILL_WAIT_S}\nJobRequeue=0\nReturnToService=2\nSlurmdTimeout=10\nMinJobAge=600\n"
+            f"KillWait={KILL_WAIT_S}\nJobRequeue=0\nReturnToService=2\nSlurmdTimeout=30\nMinJobAge=600\n"
             "SchedulerParameters=sched_interval=2\n"
             f"{nodes}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
 

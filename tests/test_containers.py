@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import image_build
 import pytest
-from helpers import metrics_events, read_metrics
+from helpers import metrics_events, read_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +141,9 @@ def cluster(engine_cli: Engine, image: str, tmp_path_factory) -> dict[str, str]:
                    "/usr/sbin/sshd", "-De", "-f", "/home/hvd/.sshd_config")
         engine_cli.containers.append(container)
         names[name] = container
+    for container in names.values():  # `run -d` returns before sshd listens; launchers do not wait for it
+        wait_for(lambda c=container: engine_cli("exec", c, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/2222",
+                                                 check=False).returncode == 0, 60, f"sshd in {container}")
     return names
 
 

@@ -23,11 +23,17 @@ from hvd_mnist.runtime.heartbeats import Heartbeats, describe
 from hvd_mnist.runtime.process import Process, boot_id, start_ticks
 from hvd_mnist.runtime.watchdog import Watchdog
 
+# Quick heartbeats, and a silence that no stall of a loaded machine's threads reaches by chance: the tests that
+# expect no cause wait past it, and the one that expects a silent rank waits for it as long as it must.
+SILENT_AFTER_S = 2.0
+PAST_SILENCE_S = SILENT_AFTER_S + 0.5
+SILENCE_WAIT_S = 30.0
+
 
 @pytest.fixture
 def fast(monkeypatch):
     monkeypatch.setattr(heartbeats_module, "HEARTBEAT_S", 0.05)
-    monkeypatch.setattr(heartbeats_module, "SILENT_AFTER_S", 0.5)
+    monkeypatch.setattr(heartbeats_module, "SILENT_AFTER_S", SILENT_AFTER_S)
 
 
 @pytest.fixture
@@ -54,14 +60,14 @@ def wait_for(condition, seconds: float = 5.0) -> None:
 
 
 def test_all_well_means_no_cause(ranks):
-    time.sleep(0.6)
+    time.sleep(PAST_SILENCE_S)
     assert [heartbeats.cause() for heartbeats in ranks] == [None, None, None]
 
 
 def test_a_silent_rank_is_named_by_every_other_rank(ranks):
     chief, one, two = ranks
     one._stopped.set()  # its heartbeats stop, its connection stays open: a stopped process
-    wait_for(lambda: "rank(s) 1 stopped answering" in (two.cause() or ""))
+    wait_for(lambda: "rank(s) 1 stopped answering" in (two.cause() or ""), SILENCE_WAIT_S)
     assert "rank(s) 1 stopped answering" in chief.cause()
     assert [p.pid for p in two.silent_processes()] == [Process.this(1).pid]  # where to find it, for elastic runs
 
@@ -88,13 +94,13 @@ def test_a_stated_reason_reaches_every_rank_and_beats_the_death_that_follows(ran
 def test_the_chiefs_checkpoint_is_told_at_once(ranks):
     chief, one, _ = ranks
     chief.checkpoint = "/runs/a/checkpoints/ckpt-40"
-    wait_for(lambda: one.checkpoint == "/runs/a/checkpoints/ckpt-40", seconds=1)
+    wait_for(lambda: one.checkpoint == "/runs/a/checkpoints/ckpt-40", seconds=10)
 
 
 def test_a_rank_that_said_goodbye_is_not_dead(ranks):
     chief, one, _ = ranks
     one.stop()
-    time.sleep(0.7)
+    time.sleep(PAST_SILENCE_S)
     assert chief.cause() is None
 
 
@@ -111,14 +117,15 @@ def test_the_watchdog_fires_after_the_timeout_and_can_be_told_to_wait_on():
     watchdog = Watchdog(0.3, lambda step, what, waited: fired.append((step, what)) or True)
     started = time.monotonic()
     with watchdog.watching(7, "training"):
-        wait_for(lambda: len(fired) == 2, seconds=5)  # fired, was re-armed, fired again
+        wait_for(lambda: len(fired) >= 2, seconds=30)  # fired, was re-armed, fired again
     assert time.monotonic() - started >= 0.6
+    ended = len(fired)
     time.sleep(0.5)
-    assert fired == [(7, "training")] * 2  # disarmed when the block ended
+    assert fired == [(7, "training")] * ended  # disarmed when the block ended
     with watchdog.watching(8, "quick"):
         pass
     time.sleep(0.5)
-    assert len(fired) == 2
+    assert len(fired) == ended
 
 
 def test_a_failed_link_is_named_when_no_rank_died():
@@ -143,7 +150,7 @@ def test_the_watchdog_gives_up_early_once_a_peer_is_gone(monkeypatch):
         time.sleep(2.0)
         assert fired == []
         gone = True
-        wait_for(lambda: fired, seconds=5)
+        wait_for(lambda: fired, seconds=30)
     assert 2.5 <= fired[0] < 60
 
 
@@ -200,7 +207,7 @@ def test_a_hello_with_the_wrong_secret_is_closed_and_counts_for_no_rank(ranks):
     with socket.create_connection(("127.0.0.1", chief._listener.port), timeout=5) as sock:
         sock.sendall(json.dumps({"secret": "0" * 32, "rank": 1, "process": None}).encode() + b"\n")
         assert closed_by_peer(sock, seconds=3)  # no answer, no view of the run
-    time.sleep(0.3)
+    time.sleep(PAST_SILENCE_S)
     assert chief.cause() is None  # rank 1's own connection is neither replaced nor counted dead
     assert sorted(chief._connections) == [1, 2]
 

@@ -79,12 +79,16 @@ def test_prometheus_sees_training_and_a_stopped_ranks_heartbeat_age_grow(tmp_pat
                        "hvd_mnist_examples_per_second", "hvd_mnist_seconds_since_checkpoint"):
             assert query(series).get("", 0) > 0, series
         assert set(query("hvd_mnist_rank_step")) == {"0", "1"}
+        # Rank 1 stops at step 300, before the metrics of that step are averaged: rank 0's last report is 290.
+        wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 290, TIMEOUT, "Prometheus to see step 290")
+        # From here the 30 s collective timeout runs: the age passes 10 s in real time, whatever the load.
         wait_for(lambda: query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}').get("1", 0) > 10, 25,
                  "rank 1's heartbeat age to pass 10 s")
         first = query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}')["1"]
-        time.sleep(3)
+        wait_for(lambda: query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}').get("1", 0) > first, 10,
+                 "rank 1's heartbeat age to grow on")
         ages = query("hvd_mnist_rank_heartbeat_age_seconds")
-        assert ages["1"] > first and ages["0"] == 0, (first, ages)
+        assert ages["0"] == 0, (first, ages)
         assert query('hvd_mnist_rank_step{rank="1"}')["1"] <= 300  # its last heartbeat before the stop
         assert proc.poll() is None, "the job ended before its collective timeout"
         promql = 'max_over_time(hvd_mnist_rank_heartbeat_age_seconds{rank="1"}[5m])'
@@ -128,7 +132,7 @@ def test_the_metrics_port_holds_against_half_open_connections(tmp_path):
     all), an ordinary scrape among them answers within a second, and the job finishes with equal weights."""
     run_dir = tmp_path / "run"
     (port,) = free_ports(1)
-    command = trainer_command("gloo", 2, "--steps", "8000", "--log-every", "50", "--metrics-port", str(port),
+    command = trainer_command("gloo", 2, "--steps", "3000", "--log-every", "50", "--metrics-port", str(port),
                               "--output-dir", str(run_dir))
     proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     strangers: list[socket.socket] = []
@@ -158,4 +162,4 @@ def test_the_metrics_port_holds_against_half_open_connections(tmp_path):
         proc.wait()
     assert proc.returncode == 0, output[-3000:]
     end = read_metrics(run_dir)[-1]
-    assert end["event"] == "end" and end["step"] == 8000 and len(set(end["weights_sha256"])) == 1
+    assert end["event"] == "end" and end["step"] == 3000 and len(set(end["weights_sha256"])) == 1

@@ -42,7 +42,7 @@ class PrometheusMetrics:
         try:  # a daemon thread: serves until the process ends
             self.endpoint = MetricsEndpoint(address, port, lambda: generate_latest(self.registry))
         except OSError as err:
-            reason = err.strerror or err
+            reason = os.strerror(err.errno) if err.errno else err  # not create_server's added '(while ...)'
             raise UserError(f"--metrics-port {port}: cannot serve metrics on {address}: {reason}") from None
 
     def observe(self, kind: str, fields: dict[str, Any]) -> None:
