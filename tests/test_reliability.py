@@ -355,10 +355,14 @@ def test_a_second_run_on_a_run_directory_in_use_stops_at_once(tmp_path):
     finally:
         first.kill()
         first.wait()
+    # The record is metrics.jsonl: mpirun, ending a job whose ranks exit non-zero, may close its output before it
+    # has passed on the ranks' last lines (seen once: neither rank's "stopped:" line, both ranks stopped).
     output = log.read_text()
-    assert "hvd-mnist: stopped: SIGTERM at step" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
     events = read_metrics(run_dir)
-    assert [e["event"] for e in events].count("start") == 1 and events[-1]["event"] == "stopped"
+    assert [e["event"] for e in events].count("start") == 1, events[-3:]
+    assert events[-1]["event"] == "stopped" and events[-1]["reason"] == "SIGTERM", events[-3:]
+    assert latest_step(run_dir) == events[-1]["step"]
 
 
 def test_ranks_orphaned_by_a_killed_launcher_stop_together_with_a_checkpoint(tmp_path):
