@@ -18,7 +18,7 @@ EPILOG = """examples:
   mpirun -np 4 python -m hvd_mnist --data-dir ~/mnist       # IDX files, 4 workers over MPI
   horovodrun -np 2 python -m hvd_mnist --eval-every 100 --target-accuracy 0.9 --keep-best
   horovodrun -np 2 python -m hvd_mnist --train-records data/train.tfrecords --test-records data/test.tfrecords
-  horovodrun -np 2 python -m hvd_mnist --output-dir runs/a --resume
+  horovodrun -np 2 python -m hvd_mnist --output-dir runs/a --resume             # run a as it was, from its checkpoint
   horovodrun -np 2 python -m hvd_mnist --config runs/a/config.toml --output-dir runs/b   # rerun a's experiment
   hvd-mnist --config my.toml --steps 500 --print-config    # the effective configuration as TOML
   hvd-mnist plot runs/a                                     # loss, accuracy and LR of a run as a PNG
@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--output-dir", type=path_arg, help="run directory (default: runs/run-<UTC time>)")
     out.add_argument("--resume", action="store_true",
                      help="continue the run in --output-dir from its newest intact checkpoint (damaged ones are "
-                          "named and skipped)")
+                          "named and skipped), with the configuration it kept in its config.toml; flags given now "
+                          "change it, and each change is logged and recorded")
     out.add_argument("--resume-from", type=path_arg, metavar="PATH",
                      help="start from this checkpoint (runs/a/checkpoints/ckpt-500) or the newest intact one in "
                           "this directory; into --output-dir, a new run or this one")
@@ -156,10 +157,12 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
 
 def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool, Callable[[UserError], UserError]]:
     """The configuration, whether to print it, and what names the --config key behind a later UserError. Each
-    layer overrides the one before: the defaults, the classic script's values (--classic), the --config file,
-    the flags on the command line."""
+    layer overrides the one before: the defaults, the run directory's own config.toml (--resume), the classic
+    script's values (--classic), the --config file, the flags on the command line."""
     parser = build_parser()
     known = parser.parse_known_args(argv)[0]
+    if known.resume and known.output_dir is not None:  # the run as it was, under whatever is given now
+        parser.set_defaults(**config_file.run_config(known.output_dir))
     if known.classic:
         parser.set_defaults(**CLASSIC)
     from_file = config_file.load(known.config) if known.config is not None else {}

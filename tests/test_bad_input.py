@@ -138,9 +138,16 @@ def test_resume_from_another_models_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     run_trainer("python", 1, "--steps", "5", "--output-dir", str(run_dir))
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    config = (run_dir / "config.toml").read_text()
     proc = run_cli("--model", "lenet5", "--steps", "10", "--output-dir", str(run_dir), "--resume")
-    assert_one_line_error(proc, "does not fit this model")
+    assert_one_line_error(proc, f"--resume: {run_dir} trains --model mlp; its checkpoints cannot continue as --model "
+                                "lenet5")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+    assert (run_dir / "config.toml").read_text() == config and not (run_dir / "config.1.toml").exists()
+    # A checkpoint taken into a new run is checked against the model when it is read.
+    proc = run_cli("--model", "lenet5", "--steps", "10", "--output-dir", str(tmp_path / "new"), "--resume-from",
+                   str(run_dir / "checkpoints"))
+    assert_one_line_error(proc, "does not fit this model")
 
 
 def test_output_dir_that_cannot_be_created(tmp_path):

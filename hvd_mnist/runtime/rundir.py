@@ -11,11 +11,11 @@ import os
 import shutil
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from hvd_mnist.config import TrainConfig
-from hvd_mnist.config_file import experiment_toml
+from hvd_mnist.config import TrainConfig, flag
+from hvd_mnist.config_file import changes, experiment_toml, load
 from hvd_mnist.errors import UserError
 
 DEFAULT_ROOT = Path("runs")
@@ -32,10 +32,20 @@ class RunDir:
     """A run directory and the names of what rank 0 writes in it: every module asks here, none joins strings."""
 
     path: Path
+    # What this launch changed in the configuration the run kept ({field: (before, now)}): a resume with flags.
+    config_changes: dict[str, tuple[object, object]] = field(default_factory=dict, compare=False)
 
     @property
     def config(self) -> Path:
+        """The run's effective configuration; each one a resume replaced is kept as config.1.toml, ..."""
         return self.path / "config.toml"
+
+    def earlier_config(self) -> Path:
+        """A free name for the configuration a resume with other flags replaces."""
+        number = 1
+        while (self.path / f"config.{number}.toml").exists():
+            number += 1
+        return self.path / f"config.{number}.toml"
 
     @property
     def metrics(self) -> Path:
@@ -91,6 +101,7 @@ def prepare_run_dir(config: TrainConfig) -> RunDir:
     if config.resume:
         if not run_dir.checkpoints.is_dir():
             raise UserError(f"--resume: no checkpoints in {run_dir}")
+        run_dir = RunDir(run_dir.path, resumed_changes(run_dir, config))
     elif config.resume_from is not None:
         pass  # a new run directory, or this run's own, continued from the given checkpoint
     elif run_dir.path.exists() and any(path != run_dir.lock for path in run_dir.path.iterdir()):
@@ -111,10 +122,29 @@ def prepare_run_dir(config: TrainConfig) -> RunDir:
     if free < MIN_FREE_BYTES:
         raise UserError(f"the output directory {run_dir} has {free / 2**20:.1f} MiB free; "
                         f"checkpoints and exports need at least {MIN_FREE_BYTES // 2**20} MiB")
+    if run_dir.config_changes and run_dir.config.is_file():
+        kept = run_dir.earlier_config()
+        os.link(run_dir.config, kept)  # the earlier configuration stays whole, under a name of its own
+        log.info("resuming %s with %s changed (its earlier configuration is kept as %s)", run_dir,
+                 ", ".join(f"{flag(name)} {before} -> {now}" for name, (before, now) in run_dir.config_changes.items()),
+                 kept.name)
     tmp = run_dir.config.with_suffix(".toml.tmp")
     tmp.write_text(experiment_toml(config))
     tmp.replace(run_dir.config)
     return run_dir
+
+
+def resumed_changes(run_dir: RunDir, config: TrainConfig) -> dict[str, tuple[object, object]]:
+    """What the flags given now change in the configuration the run kept; UserError for a change its
+    checkpoints cannot take (another model: other variables), before anything is written."""
+    if not run_dir.config.is_file():
+        return {}
+    changed = changes(load(run_dir.config), config)
+    if "model" in changed:
+        before, now = changed["model"]
+        raise UserError(f"--resume: {run_dir} trains --model {before}; its checkpoints cannot continue as --model "
+                        f"{now} (leave --model out, or start a new run in another --output-dir)")
+    return changed
 
 
 def claim(run_dir: RunDir, wait_s: float = 0.0) -> None:

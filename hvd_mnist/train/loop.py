@@ -6,6 +6,7 @@ import functools
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -78,8 +79,11 @@ class TrainingLoop:
         latest = self.checkpoints.latest if self.world.is_chief else None  # only rank 0 reads the run directory
         with self.supervisor.watching(self.world, start_step, latest), \
                 reporting(self.run_dir, self.world.is_chief, self._listeners()) as self.reporter:
+            changed = {name: [str(v) if isinstance(v, Path) else v for v in values]  # JSON: paths as text
+                       for name, values in self.run_dir.config_changes.items()}
             self.reporter.event("start", start_step=start_step, world_size=self.world.size,
-                                global_batch=plan.global_batch, accumulate=plan.micro_batches, phases=phases())
+                                global_batch=plan.global_batch, accumulate=plan.micro_batches, phases=phases(),
+                                **({"config_changes": changed} if changed else {}))
             step, loss = self._train(start_step)
             phase_done("trained")
             self.supervisor.training_done()
