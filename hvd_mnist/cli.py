@@ -62,14 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="training examples held out for --eval-every, chosen by --seed (default: a tenth, "
                            "at most 5000); never the test set")
     model = parser.add_argument_group("model and optimization")
-    model.add_argument("--model", choices=MODELS, default=d.model, help="(default: %(default)s)")
+    model.add_argument("--model", choices=MODELS, default=d.model,
+                       help="the network: the classic MLP 784-500-10, or LeNet-5 (default: %(default)s)")
     model.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank (default: %(default)s)")
     model.add_argument("--accumulate", type=int, default=d.accumulate, metavar="K",
                        help="sum the gradients of K batches before each allreduce and update: a global batch of "
                             "batch size x ranks x K (default: %(default)s)")
     model.add_argument("--steps", type=int, default=d.steps, help="final global step (default: %(default)s)")
     model.add_argument("--lr", type=float, default=d.lr, help="base learning rate (default: %(default)s)")
-    model.add_argument("--lr-decay", type=float, default=d.lr_decay, help="(default: %(default)s)")
+    model.add_argument("--lr-decay", type=float, default=d.lr_decay,
+                       help="multiply the LR by this once per --decay-examples examples (default: %(default)s)")
     model.add_argument("--decay-examples", type=int, default=d.decay_examples,
                        help="decay once per this many examples, i.e. every N / global batch steps "
                             "(default: %(default)s)")
@@ -77,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
                        help="linear ramp to the scaled LR (with --scale-lr; default: %(default)s)")
     model.add_argument("--l2", type=float, default=d.l2, help="L2 regularization scale (default: %(default)s)")
-    model.add_argument("--ema-decay", type=float, default=d.ema_decay, help="(default: %(default)s)")
+    model.add_argument("--ema-decay", type=float, default=d.ema_decay,
+                       help="decay of the weights' moving average, which is evaluated and exported "
+                            "(default: %(default)s)")
     model.add_argument("--seed", type=int, default=d.seed,
                        help="initialization, shuffling and the validation split (default: %(default)s)")
     model.add_argument("--classic", action="store_true",
@@ -124,8 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--summary-every", type=int, default=d.summary_every, help="TensorBoard scalars every N steps")
     out.add_argument("--histogram-every", type=int, default=d.histogram_every,
                      help="weight and gradient histograms every N steps")
-    out.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="(default: %(default)s)")
-    out.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="(default: %(default)s)")
+    out.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
+                     help="checkpoint every N steps, and at the end (default: %(default)s)")
+    out.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints,
+                     help="the newest N checkpoints are kept (default: %(default)s)")
     out.add_argument("--export", choices=EXPORTS, default=d.export,
                      help="SavedModel of the final or the best (--keep-best) moving-average weights, or none "
                           "(default: %(default)s)")
