@@ -56,5 +56,5 @@ def test_a_horovod_built_against_another_tensorflow_is_one_line_at_start_up(tmp_
     assert len(lines) == 1, lines
     assert lines[0].startswith("hvd-mnist: error: Horovod cannot load against the installed TensorFlow 2.21.0 (")
     assert "undefined symbol: _ZN10tensorflow20OpKernelFromAnotherTFEv" in lines[0]
-    assert lines[0].endswith("build it against this TensorFlow with scripts/build_horovod.sh (README, Set-up)")
+    assert lines[0].endswith("build it against this TensorFlow with scripts/build_horovod.sh (docs/guide.md, Set-up)")
     assert not (tmp_path / "run").exists()

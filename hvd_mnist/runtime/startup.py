@@ -80,7 +80,7 @@ def import_tensorflow_quietly() -> None:
 def horovod_unusable(err: BaseException, tensorflow_version: str) -> str:
     """One line for a Horovod that is missing, or built against another TensorFlow (its op library does not
     load: undefined symbols), with the way out."""
-    fix = "build it against this TensorFlow with scripts/build_horovod.sh (README, Set-up)"
+    fix = "build it against this TensorFlow with scripts/build_horovod.sh (docs/guide.md, Set-up)"
     if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "horovod":
         return f"Horovod is not installed in {sys.prefix}; {fix}"
     return f"Horovod cannot load against the installed TensorFlow {tensorflow_version} ({first_line(err)}); {fix}"
