@@ -62,8 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="training examples held out for --eval-every, chosen by --seed (default: a tenth, "
                            "at most 5000); never the test set")
     model = parser.add_argument_group("model and optimization")
-    model.add_argument("--model", choices=MODELS, default=d.model,
-                       help="the network: the classic MLP 784-500-10, or LeNet-5 (default: %(default)s)")
+    model.add_argument("--model", default=d.model, metavar="{" + ",".join(MODELS) + "} or MODULE:FUNCTION",
+                       help="the network: the classic MLP 784-500-10, LeNet-5, or a function of yours that returns "
+                            "a Keras 3 model or a tf.Module mapping [batch, 784] pixels in [0, 1] to [batch, 10] "
+                            "logits, imported from the Python path (docs/guide.md; default: %(default)s)")
     model.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank (default: %(default)s)")
     model.add_argument("--accumulate", type=int, default=d.accumulate, metavar="K",
                        help="sum the gradients of K batches before each allreduce and update: a global batch of "

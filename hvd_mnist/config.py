@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import UserError
 
 MNIST_TRAIN_EXAMPLES = 60_000
-MODELS = ("mlp", "lenet5")
+MODELS = ("mlp", "lenet5")  # the built-in models; --model MODULE:FUNCTION names one of the user's (train/user_model)
+USER_MODEL = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 EXPORTS = ("final", "best", "none")
 # Where the defaults differ from the classic multi-GPU tower script (`--classic` restores these): its LR was
 # tuned for raw 0..255 pixels, and with pixels in [0, 1] it learns slowly (71% test accuracy after 1000 steps).
@@ -121,8 +123,11 @@ class TrainConfig:
             raise UserError(f"unknown --export {self.export!r}; choose one of {', '.join(EXPORTS)}")
         if self.export == "best" and not self.keep_best:
             raise UserError("--export best needs --keep-best")
-        if self.model not in MODELS:
-            raise UserError(f"unknown --model {self.model!r}; choose one of {', '.join(MODELS)}")
+        if self.model not in MODELS and not USER_MODEL.fullmatch(self.model):
+            raise UserError(f"unknown --model {self.model!r}; choose one of {', '.join(MODELS)}, or name a function "
+                            "of yours as MODULE:FUNCTION")
+        if self.mixed_precision and self.model not in MODELS:
+            raise UserError("--mixed-precision is for the built-in models; a model of yours sets its own dtypes")
         if self.dataset not in DATASETS:
             raise UserError(f"unknown --dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
         if self.resume and self.output_dir is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import horovod.tensorflow as hvd
 
-from hvd_mnist.config import TrainConfig
+from hvd_mnist.config import MODELS, TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.errors import UserError
@@ -20,7 +20,7 @@ from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.startup import phase_done
 from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.train.loop import RunResult, TrainingLoop
-from hvd_mnist.train.model import ACTIVATIONS_PER_EXAMPLE
+from hvd_mnist.train.model import ACTIVATIONS_PER_EXAMPLE, build_model
 from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.reporting import configure_logging
 
@@ -76,7 +76,9 @@ def run_session(config: TrainConfig) -> RunResult:
         phase_done("data_loaded")
         if len(data.train) < world.size:
             raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
-        BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE[config.model],
+        if config.model not in MODELS:  # a model of the user's that cannot be built is refused before any file
+            build_model(config.model, seed=config.seed)
+        BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE.get(config.model, 0),
                                                      available_memory() // world.local_size)
         run_dir = open_run_dir(config, world, supervisor)
         if world.is_chief:

@@ -50,13 +50,14 @@ from bench.scaling import (
     ring_allreduce_seconds,
 )
 
+from hvd_mnist.config import MODELS  # the built-in models, one list for the package and this plan
+
 TARGET = 0.9
-MODELS = ("mlp", "lenet5")
-# docs/benchmark.md, "Results on TensorFlow 2.21 (this round: Gloo's event loop)", full run 1: the compute floor
+# docs/history.md, "2026-12-03: Gloo's event loop (TensorFlow 2.21)", full run 1: the compute floor
 # (scripts/peers/floor.py, the MLP's forward + backward + SGD in one tf.function, one process, TensorFlow's default
 # threads: 2 on the 2-core VM). 48,897 examples/s at batch 100 and 92,766 at batch 1000.
 MLP_CPU_MS = {100: 2.05, 1000: 10.78}
-MLP_CPU_SOURCE = ("measured: docs/benchmark.md, compute floor, TF 2.21 round 'Gloo's event loop', run 1 "
+MLP_CPU_SOURCE = ("measured: docs/history.md, compute floor, TF 2.21, 2026-12-03 'Gloo's event loop', run 1 "
                   "(one process, 2 threads on a 2-core VM)")
 LENET5_RATIO = FORWARD_MACS["lenet5"] / FORWARD_MACS["mlp"]
 LENET5_SOURCE = (f"PLACEHOLDER, not measured: the MLP's CPU time x {LENET5_RATIO:.1f}, LeNet-5's / the MLP's "

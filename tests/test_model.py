@@ -74,3 +74,11 @@ def test_mixed_precision_computes_in_float16_on_float32_variables(name):
     assert logits_half.dtype == tf.float32
     np.testing.assert_allclose(logits_half.numpy(), logits_full.numpy(), atol=0.05)
     assert not np.array_equal(logits_half.numpy(), logits_full.numpy())  # really rounded through float16
+
+
+def test_one_list_of_built_in_model_names():
+    """The configuration, the CLI, the builder and the scaling plan share config.MODELS."""
+    from hvd_mnist.config import MODELS
+    from hvd_mnist.train.model import BUILT_IN
+
+    assert tuple(BUILT_IN) == MODELS

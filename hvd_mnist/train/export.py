@@ -35,7 +35,7 @@ def export_model(model: Classifier, ema: MovingAverage, directory: Path) -> Path
 
 def export_checkpoint(checkpoint_path: str, config: TrainConfig, directory: Path) -> Path:
     """Export the moving-average weights stored in a checkpoint (say, the best one) instead of the live ones."""
-    model = build_model(config.model, config.mixed_precision)
+    model = build_model(config.model, config.mixed_precision, config.seed)
     ema = MovingAverage(list(model.trainable_variables), config.ema_decay)
     tf.train.Checkpoint(model=model, ema=ema).restore(checkpoint_path).expect_partial()
     return export_model(model, ema, directory)

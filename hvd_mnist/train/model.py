@@ -90,9 +90,17 @@ ACTIVATIONS_PER_EXAMPLE = {
 }
 
 
-def build_model(name: str, mixed_precision: bool = False) -> Classifier:
-    """Instantiate a model by its CLI name; mixed precision computes in float16 on float32 variables."""
-    model = {"mlp": MLP, "lenet5": LeNet5}[name]()
+BUILT_IN = {"mlp": MLP, "lenet5": LeNet5}  # one per name in config.MODELS (tests/test_model.py checks)
+
+
+def build_model(name: str, mixed_precision: bool = False, seed: int = 0) -> Classifier:
+    """Instantiate a model by its --model name, a built-in one or the user's MODULE:FUNCTION (its initial weights
+    drawn from `seed`); mixed precision computes in float16 on float32 variables."""
+    if name not in BUILT_IN:
+        from hvd_mnist.train.user_model import UserModel  # here: it builds on this module's Classifier
+
+        return UserModel(name, seed)
+    model = BUILT_IN[name]()
     if mixed_precision:
         model.compute_dtype = tf.float16
     return model

@@ -44,7 +44,7 @@ class Replica:
     def __init__(self, config: TrainConfig, world_size: int) -> None:
         tf.random.set_seed(config.seed)
         self.config = config
-        self.model = build_model(config.model, config.mixed_precision)
+        self.model = build_model(config.model, config.mixed_precision, config.seed)
         # Static loss scaling keeps float16 gradients from underflowing; 1 (a no-op) in float32.
         self.loss_scale = config.loss_scale if config.mixed_precision else 1.0
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
