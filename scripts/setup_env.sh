@@ -151,7 +151,10 @@ extras=cpu
 [[ "$MODE" == dev ]] && extras=cpu,dev
 pip_install --no-build-isolation -e "${ROOT}[$extras]"
 
-"$VENV/bin/horovodrun" --check-build | grep -q '\[X\] TensorFlow' || fail "Horovod was built without TensorFlow"
+# Read whole before it is searched: `grep -q` in a pipe leaves at the first match, and horovodrun, still printing,
+# then dies of a broken pipe (a fresh-clone CI run failed that way).
+build="$("$VENV/bin/horovodrun" --check-build)" || fail "horovodrun --check-build failed"
+grep -q '\[X\] TensorFlow' <<< "$build" || fail "Horovod was built without TensorFlow"
 # TensorFlow's start-up lines are held back, and shown only if the import fails.
 check="$("$VENV/bin/python" -c "import horovod.tensorflow as hvd; assert hvd.mpi_built() and hvd.gloo_built()" 2>&1)" \
   || fail "Horovod does not import against TensorFlow $TF_VERSION, or lacks MPI or Gloo: $(tail -n 3 <<< "$check")"
