@@ -18,9 +18,9 @@ from bench.launching import BIN, launcher_env  # noqa: E402  (shared with script
 
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
-__all__ = ["BIN", "ROOT", "TIMEOUT", "example_ids", "flip_a_byte", "launcher_env", "metrics_events", "metrics_so_far",
-           "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command", "wait_for",
-           "wait_for_step"]
+__all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "metrics_events",
+           "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command",
+           "wait_for", "wait_for_step"]
 
 
 # --- launching --------------------------------------------------------------------------------------------------
@@ -90,6 +90,13 @@ def metrics_events(text: str) -> list[dict]:
 def read_metrics(run_dir: Path) -> list[dict]:
     """The events of a finished run's metrics.jsonl, in order."""
     return metrics_events((run_dir / "metrics.jsonl").read_text())
+
+
+def end_weights(run_dir: Path) -> list[str]:
+    """Each rank's weights digest in the `end` event of a run that finished."""
+    end = read_metrics(run_dir)[-1]
+    assert end["event"] == "end", end
+    return end["weights_sha256"]
 
 
 def metrics_so_far(run_dir: Path) -> list[dict]:

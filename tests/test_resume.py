@@ -7,19 +7,13 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from helpers import read_metrics, run_trainer
+from helpers import end_weights, read_metrics, run_trainer
 
 pytestmark = pytest.mark.slow
 
 # Unlike the defaults wherever a forgotten flag would show: another LR, batch, length and cadence.
 RUN = ("--steps", "60", "--lr", "0.05", "--batch-size", "50", "--checkpoint-every", "20", "--log-every", "10",
        "--no-shuffle")
-
-
-def end_weights(run_dir) -> list[str]:
-    end = read_metrics(run_dir)[-1]
-    assert end["event"] == "end", end
-    return end["weights_sha256"]
 
 
 def test_resume_alone_continues_the_run_as_it_was(tmp_path):

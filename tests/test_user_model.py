@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
-from helpers import ROOT, read_metrics, run_cli, run_trainer
+from helpers import ROOT, end_weights, run_cli, run_trainer
 
 pytestmark = pytest.mark.slow
 
 USER_PATH = {"PYTHONPATH": str(ROOT / "tests")}  # where the user's package would be
 RUN = ("--model", "user_models:small_cnn", "--steps", "40", "--checkpoint-every", "20", "--log-every", "10")
-
-
-def end_weights(run_dir) -> list[str]:
-    end = read_metrics(run_dir)[-1]
-    assert end["event"] == "end", end
-    return end["weights_sha256"]
 
 
 def test_a_keras_cnn_of_yours_trains_on_two_ranks_resumes_bit_for_bit_and_exports(tmp_path):
