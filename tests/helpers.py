@@ -19,8 +19,8 @@ from bench.launching import BIN, launcher_env  # noqa: E402  (shared with script
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
 __all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "metrics_events",
-           "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir", "trainer_command",
-           "wait_for", "wait_for_step"]
+           "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir",
+           "trainer_command", "wait_for", "wait_for_step"]
 
 
 # --- launching --------------------------------------------------------------------------------------------------
