@@ -13,7 +13,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TIMEOUT, launcher_env, rank_pid, read_metrics, run_trainer, trainer_command, wait_for, wait_for_step
+from helpers import (
+    ROOT,
+    TIMEOUT,
+    launcher_env,
+    rank_pid,
+    read_metrics,
+    run_trainer,
+    trainer_command,
+    wait_for,
+    wait_for_step,
+)
 from peers.local_workers import free_ports  # scripts/ is on the path (helpers)
 
 pytestmark = pytest.mark.slow
@@ -169,3 +179,16 @@ def test_the_metrics_port_holds_against_half_open_connections(tmp_path):
     assert proc.returncode == 0, output[-3000:]
     end = read_metrics(run_dir)[-1]
     assert end["event"] == "end" and end["step"] == 3000 and len(set(end["weights_sha256"])) == 1
+
+
+PROMETHEUS_DOCS = ROOT / "docs" / "prometheus"
+
+
+@pytest.mark.parametrize("check", [["check", "rules", "hvd_mnist_alerts.yml"],
+                                   ["test", "rules", "hvd_mnist_alerts_test.yml"],
+                                   ["check", "config", "prometheus.yml"]], ids=" ".join)
+def test_the_shipped_scrape_config_and_alert_rules_pass_promtool(check):
+    """Debian's promtool: the rules and the scrape config are valid, and each alert fires on a synthetic series
+    when it should and not before (docs/prometheus/hvd_mnist_alerts_test.yml)."""
+    proc = subprocess.run(["promtool", *check], cwd=PROMETHEUS_DOCS, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
