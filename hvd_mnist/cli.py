@@ -12,6 +12,7 @@ from hvd_mnist import config_file
 from hvd_mnist.config import CLASSIC, EXPORTS, MLFLOW_LOCAL_STORE, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded, UserError, crashed
+from hvd_mnist.runtime.rundir import RunDir
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
@@ -170,7 +171,9 @@ def _parse(argv: list[str] | None) -> tuple[TrainConfig, bool, Callable[[UserErr
     parser = build_parser()
     known = parser.parse_known_args(argv)[0]
     if known.resume and known.output_dir is not None:  # the run as it was, under whatever is given now
-        parser.set_defaults(**config_file.run_config(known.output_dir))
+        kept = RunDir(known.output_dir).config
+        if kept.is_file():  # a run from before config.toml was kept has none
+            parser.set_defaults(**config_file.load(kept))
     if known.classic:
         parser.set_defaults(**CLASSIC)
     from_file = config_file.load(known.config) if known.config is not None else {}

@@ -101,13 +101,6 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string (same escapes)
 
 
-def run_config(output_dir: Path) -> dict[str, object]:
-    """The experiment a run directory keeps (its config.toml), as fields, for `--resume` to start from; none
-    where the directory has no such file (a run from before it was kept)."""
-    path = output_dir / "config.toml"
-    return load(path) if path.is_file() else {}
-
-
 def changes(previous: dict[str, object], config: TrainConfig) -> dict[str, tuple[object, object]]:
     """{field: (its value in `previous`, its value now)} for every experiment field that differs."""
     return {name: (value, getattr(config, name)) for name, value in previous.items()
