@@ -1,5 +1,5 @@
-"""scripts/benchmark.py end to end on tiny settings: its outputs exist and are well-formed (not its speeds); and
-how it decides the time-to-accuracy race, on made-up records."""
+"""scripts/benchmark.py end to end on tiny settings: its outputs exist and are well-formed (not its speeds), the
+race's phases included; and how it decides the time-to-accuracy race, on made-up records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from bench.configs import Config, cpu_configs, plan_for, read_result  # conftest's helpers put scripts/ on sys.path
-from bench.race import race_contenders, race_possible, race_target
+from bench.phases import PHASES, durations
+from bench.race import RIVALS, race_contenders, race_possible, race_target
 from bench.report import write_results
 from bench.runs import run_config
 from helpers import ROOT
@@ -25,12 +26,14 @@ def racer(wall_s: float, reached: bool = True) -> dict:
 
 @pytest.fixture(scope="module")
 def bench_out(tmp_path_factory) -> Path:
-    """One quick benchmark run with 10 steps per configuration."""
+    """One quick benchmark run with 10 steps per configuration, and a race to 50% that lasts at most 40 steps."""
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--quick", "--steps", "10",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--time-to-accuracy", "--tta-target", "0.5", "--tta-eval-every", "20",
+                           "--tta-max-steps", "40", "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     assert "examples/s" in proc.stdout
+    (out / "stdout.txt").write_text(proc.stdout)
     return out
 
 
@@ -59,6 +62,22 @@ def test_results_json_has_every_configuration_with_positive_figures(bench_out):
 
 
 @pytest.mark.slow
+def test_every_racer_has_every_phase_from_launch_to_exit(bench_out):
+    race = json.loads((bench_out / "results.json").read_text())["time_to_accuracy"]
+    assert {"hvd_mnist", *RIVALS} <= race["contenders"].keys()
+    for role, record in race["contenders"].items():
+        phases = record["phases"]
+        assert list(phases) == list(PHASES), role
+        measured = {phase: seconds for phase, seconds in phases.items() if seconds is not None}
+        assert sum(measured.values()) == pytest.approx(record["wall_s"], abs=0.05), role
+        assert min(measured.values()) > -0.05, (role, phases)  # the process start is known to 10 ms
+        for phase in ("framework_import", "first_step", "training", "test"):
+            assert phases[phase] > 0, (role, phase)
+    assert race["contenders"]["hvd_mnist"]["phases"]["export"] > 0  # the peers export nothing: None
+    assert "launch to exit, s" in (bench_out / "stdout.txt").read_text()
+
+
+@pytest.mark.slow
 def test_chart_is_a_png(bench_out):
     assert (bench_out / "chart.png").read_bytes()[:8] == PNG_SIGNATURE
 
@@ -82,22 +101,39 @@ def test_gpu_mode_fails_in_one_line_without_a_gpu(tmp_path):
     ({"error": "exit 1"}, racer(12), None, None),  # a failed run decides nothing
 ])
 def test_time_to_accuracy_target_compares_wall_time_to_the_target(hvd, peer, met, ratio):
-    target = race_target({"contenders": {"hvd_mnist": hvd, "best_peer": peer}})
+    target = race_target({"contenders": {"hvd_mnist": hvd, "peer_torch_ddp": peer}}, "peer_torch_ddp", within=1.0)
     assert target["met"] is met
     assert target["ratio"] == (pytest.approx(ratio) if ratio else None)
 
 
 def test_time_to_accuracy_target_is_not_measured_without_a_race():
-    assert race_target(None)["met"] is None
+    assert race_target(None, "peer_torch_ddp")["met"] is None
 
 
-def test_racers_are_the_faster_hvd_launcher_and_the_fastest_peer_at_batch_100():
+def test_a_time_to_accuracy_target_of_0_75x_needs_a_quarter_off_the_rivals_wall_time():
+    race = {"contenders": {"hvd_mnist": racer(9), "peer_torch_ddp": racer(12), "peer_hvd_example": racer(11)}}
+    assert race_target(race, "peer_torch_ddp")["met"] is True  # 9 <= 0.75 x 12
+    assert race_target(race, "peer_hvd_example")["met"] is False  # 9 > 0.75 x 11
+
+
+def test_phases_add_up_to_the_wall_time_and_take_validation_out_of_training():
+    marks = {"interpreter": 0.3, "framework_imported": 4.0, "rendezvous_done": 4.5, "data_ready": 5.0,
+             "first_step": 6.0, "trained": 10.0, "tested": 10.5}  # no "exported": a peer
+    phases = durations(launched_at=100.0, wall_s=12.0, started_at=100.5, marks=marks, evaluation_s=1.0)
+    assert phases == {"launcher": 0.5, "interpreter": 0.3, "framework_import": 3.7, "rendezvous": 0.5, "data": 0.5,
+                      "first_step": 1.0, "training": 3.0, "test": 0.5, "export": None, "evaluation": 1.0,
+                      "exit": 1.0}
+
+
+def test_racers_are_the_faster_hvd_launcher_the_rivals_and_the_fastest_peer_at_batch_100():
     configs = cpu_configs()
-    rates = {"hvd_np2_gloo": 20_000, "hvd_np2_mpirun": 44_000, "peer_mwms": 21_000, "peer_torch_ddp": 27_000}
+    rates = {"hvd_np2_gloo": 20_000, "hvd_np2_mpirun": 44_000, "peer_mwms": 29_000, "peer_torch_ddp": 27_000,
+             "peer_hvd_example": 15_000}
     summary = {key: {100: {"examples_per_sec": {"median": rate}}} for key, rate in rates.items()}
-    racers = race_contenders(summary, configs)
-    assert (racers["hvd_mnist"].key, racers["best_peer"].key) == ("hvd_np2_mpirun", "peer_torch_ddp")
-    assert race_contenders({}, configs) == {"hvd_mnist": None, "best_peer": None}
+    racers = {role: config.key for role, config in race_contenders(summary, configs).items()}
+    assert racers == {"hvd_mnist": "hvd_np2_mpirun", "peer_torch_ddp": "peer_torch_ddp",
+                      "peer_hvd_example": "peer_hvd_example", "peer_mwms": "peer_mwms"}
+    assert race_contenders({}, configs)["hvd_mnist"] is None
     assert not race_possible([c for c in configs if c.key in ("floor", "peer_torch_ddp")])
 
 

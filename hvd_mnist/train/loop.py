@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hvd_mnist.data.sources import Dataset
 from hvd_mnist.errors import RunEnded, UserError
 from hvd_mnist.runtime.distribution import World, on_chief
 from hvd_mnist.runtime.rundir import RunDir
-from hvd_mnist.runtime.startup import phase_done, phases
+from hvd_mnist.runtime.startup import phase_done, phases, process_started_at
 from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.runtime.writes import writing
 from hvd_mnist.train.cadence import REPORTED, Action, Cadence
@@ -60,6 +61,7 @@ class TrainingLoop:
         self.reporter = Reporter(None, enabled=False)
         self.listeners: list[Listener] | None = None  # Prometheus and MLflow, once started (rank 0)
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
+        self.evaluation_seconds = 0.0  # spent validating while training: the benchmark's phases part it out
 
     # --- the story ---------------------------------------------------------------------------------------------
 
@@ -82,7 +84,8 @@ class TrainingLoop:
             changed = {name: [str(v) if isinstance(v, Path) else v for v in values]  # JSON: paths as text
                        for name, values in self.run_dir.config_changes.items()}
             self.reporter.event("start", start_step=start_step, world_size=self.world.size,
-                                global_batch=plan.global_batch, accumulate=plan.micro_batches, phases=phases(),
+                                global_batch=plan.global_batch, accumulate=plan.micro_batches,
+                                started_at=process_started_at(), phases=phases(),
                                 **({"config_changes": changed} if changed else {}))
             step, loss = self._train(start_step)
             phase_done("trained")
@@ -116,10 +119,12 @@ class TrainingLoop:
         throughput = Throughput(replica.plan.global_batch)
         step, loss = start_step, math.nan
         while step < config.steps:
+            # The first call runs one step, so that its time (mostly tracing) is a phase of its own.
+            count = 1 if step == start_step else cadence.next_pause(step) - step
             with supervisor.guarded(step, "training"):
-                metrics = replica.train_steps(batches, cadence.next_pause(step) - step)
+                metrics = replica.train_steps(batches, count)
             if step == start_step:
-                phase_done("first_call")  # mostly tracing the compiled steps
+                phase_done("first_call")
             step += int(metrics["steps"])
             supervisor.progress(step)
             throughput.tick(int(metrics["steps"]))
@@ -163,7 +168,7 @@ class TrainingLoop:
             self._export()
         phase_done("exported")
         self.reporter.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests,
-                            phases=phases())
+                            phases=phases(), evaluation_seconds=round(self.evaluation_seconds, 3))
         return RunResult(step, loss, accuracy, digests)
 
     # --- what is due at a pause ----------------------------------------------------------------------------------
@@ -190,8 +195,10 @@ class TrainingLoop:
 
     def _evaluate(self, step: int) -> bool:
         """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
+        started = time.perf_counter()
         with self.supervisor.guarded(step, "the validation"):
             result = self._evaluate_on("validation")
+        self.evaluation_seconds += time.perf_counter() - started
         log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
                  result.accuracy, result.loss, result.examples)
         self.reporter.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)

@@ -76,12 +76,13 @@ def trainer_args(plan: Plan, batch: int, run_dir: Path, _threads: int) -> list[s
 
 
 def peer_args(script: str) -> ArgvBuilder:
-    """argv builder for a worker script under scripts/peers taking common.parse_args's flags."""
+    """argv builder for a worker script under scripts/peers taking common.parse_args's flags, run through
+    started.py, which marks when the interpreter was up (the first of the worker's phases)."""
 
     def build(plan: Plan, batch: int, run_dir: Path, threads: int) -> list[str]:
-        args = [str(PEERS / script), "--data", str(plan.train_npz), "--batch-size", str(batch),
-                "--steps", str(plan.steps), "--warmup-steps", str(plan.warmup), "--lr", str(plan.lr),
-                "--threads", str(threads), "--out", str(run_dir / "result.json")]
+        args = [str(PEERS / "started.py"), str(PEERS / script), "--data", str(plan.train_npz),
+                "--batch-size", str(batch), "--steps", str(plan.steps), "--warmup-steps", str(plan.warmup),
+                "--lr", str(plan.lr), "--threads", str(threads), "--out", str(run_dir / "result.json")]
         return args + (["--test-data", str(plan.test_npz)] if plan.test_npz else [])
 
     return build

@@ -4,6 +4,7 @@ repeats of them all."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from bench.configs import CORES, Config, Plan
@@ -43,7 +44,7 @@ def run_config(plan: Plan, config: Config, batch: int, run_dir: Path) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     threads = max(1, CORES // config.np_) if config.np_ > 1 else 0
     argv = [*config.argv(plan, batch, run_dir, threads), *config.extra_args]
-    record = {"config": config.key, "batch_size": batch if config.per_batch else None}
+    record = {"config": config.key, "batch_size": batch if config.per_batch else None, "launched_at": time.time()}
     try:
         record["wall_s"] = launch(config.launcher, config.np_, argv, run_dir, timeout=plan.timeout,
                                   isolate=plan.isolate, gpu=plan.gpu)

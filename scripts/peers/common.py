@@ -1,7 +1,8 @@
 """What every benchmark worker shares: its flags, the in-memory data, the step timer and the result file.
 
 Workers are started by scripts/benchmark.py (directly, through horovodrun or mpirun, or as N local processes
-that read BENCH_RANK, BENCH_WORLD_SIZE and BENCH_PORTS) and write one small JSON result. Given
+that read BENCH_RANK, BENCH_WORLD_SIZE and BENCH_PORTS), through started.py, and write one small JSON result
+holding where their time went (PHASES). Given
 --validation-data, --eval-every and --target-accuracy, a training worker races to the target as hvd_mnist does
 (TargetRace) and stops there.
 """
@@ -38,8 +39,28 @@ class LocalWorld:
         return cls(int(os.environ.get("BENCH_RANK", "0")), int(os.environ.get("BENCH_WORLD_SIZE", "1")), ports)
 
 
+@dataclass
+class Phases:
+    """Where a worker's time went: marks in seconds since its process started, named as the benchmark's phases
+    (bench/phases.py) expect, and the seconds spent validating while training."""
+
+    marks: dict[str, float] = field(default_factory=dict)
+    evaluation_seconds: float = 0.0
+
+    def done(self, mark: str) -> None:
+        self.marks.setdefault(mark, round(seconds_since_start(), 3))
+
+    def record(self) -> dict[str, object]:
+        return {"started_at": round(time.time() - seconds_since_start(), 3), "phases": dict(self.marks),
+                "evaluation_seconds": round(self.evaluation_seconds, 3)}
+
+
+PHASES = Phases()  # started.py marks "interpreter"; parse_args, StepTimer, TargetRace and the workers the rest
+
+
 def parse_args(description: str) -> argparse.Namespace:
-    """The flags every training worker takes."""
+    """The flags every training worker takes; called first in main, once the framework is imported."""
+    PHASES.done("framework_imported")
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True, help="npz with uint8 images [N, 784] and int64 labels [N]")
     parser.add_argument("--test-data", help="npz to report test accuracy on at the end (rank 0)")
@@ -81,6 +102,8 @@ class StepTimer:
 
     def tick(self) -> None:
         self.steps += 1
+        if self.steps == 1:
+            PHASES.done("first_step")
         if self.steps == self.warmup_steps:
             self._start = time.perf_counter()
 
@@ -120,7 +143,9 @@ class TargetRace:
     def reaches_target(self, step: int, count_correct: Callable[[np.ndarray, np.ndarray], int],
                        sum_over_ranks: Callable[[list[float]], list[float]]) -> bool:
         """Evaluate after `step` steps (every rank, together); True once the accuracy is at the target."""
+        started = time.perf_counter()
         correct, examples = sum_over_ranks([float(count_correct(self.images, self.labels)), float(len(self.labels))])
+        PHASES.evaluation_seconds += time.perf_counter() - started
         accuracy = correct / max(examples, 1.0)
         self.evaluations.append({"step": step, "accuracy": accuracy})
         if self.target is None or accuracy < self.target:
@@ -145,11 +170,13 @@ def write_result(path: str, **fields: object) -> None:
 def write_throughput(path: str, timer: StepTimer, global_batch: int, race: TargetRace | None = None,
                      **extra: object) -> None:
     """Global examples/sec and sec/batch over the timed steps, the steps run, the race's record (if any) and
-    whatever else the worker reports. A race that reached its target within the warm-up has no throughput."""
+    whatever else the worker reports, and its phases (the test is over by now). A race that reached its target
+    within the warm-up has no throughput."""
+    PHASES.done("tested")
     timed = {}
     if timer.steps > timer.warmup_steps or not (race and race.reached):
         steps, seconds = timer.timed()
         timed = {"examples_per_sec": global_batch * steps / seconds, "sec_per_batch": seconds / steps,
                  "timed_steps": steps}
     write_result(path, **timed, global_batch=global_batch, steps=timer.steps, **(race.record() if race else {}),
-                 **extra)
+                 **extra, **PHASES.record())

@@ -14,7 +14,7 @@ import functools
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from common import StepTimer, TargetRace, load_npz, parse_args, scaled, write_throughput
+from common import PHASES, StepTimer, TargetRace, load_npz, parse_args, scaled, write_throughput
 from tf_common import build_mlp, mean_cross_entropy, num_correct, set_threads, sgd_update, test_accuracy, thread_counts
 
 
@@ -26,6 +26,7 @@ def main() -> None:
     args = parse_args(__doc__)
     set_threads(args.threads)
     hvd.init()
+    PHASES.done("rendezvous_done")
     images, labels = load_npz(args.data)
     dataset = tf.data.Dataset.from_tensor_slices((scaled(images), labels)).repeat().shuffle(10_000)
     dataset = dataset.batch(args.batch_size)
@@ -46,6 +47,7 @@ def main() -> None:
     timer = StepTimer(args.warmup_steps)
     race = TargetRace.from_args(args, hvd.rank(), hvd.size())
     correct = functools.partial(num_correct, model)
+    PHASES.done("data_ready")
     for batch, (batch_images, batch_labels) in enumerate(dataset.take(args.steps)):
         loss = training_step(batch_images, batch_labels, batch == 0)
         if batch % 10 == 0 and hvd.rank() == 0:
@@ -54,6 +56,7 @@ def main() -> None:
         if race.due(timer.steps) and race.reaches_target(timer.steps, correct, sum_over_ranks):
             break
     float(loss)
+    PHASES.done("trained")
     if hvd.rank() == 0:
         accuracy = test_accuracy(model, *load_npz(args.test_data)) if args.test_data else None
         write_throughput(args.out, timer, args.batch_size * hvd.size(), race, test_accuracy=accuracy,

@@ -16,7 +16,7 @@ import json
 import os
 
 import tensorflow as tf
-from common import LocalWorld, StepTimer, TargetRace, load_npz, parse_args, scaled, write_throughput
+from common import PHASES, LocalWorld, StepTimer, TargetRace, load_npz, parse_args, scaled, write_throughput
 from tf_common import build_mlp, mean_cross_entropy, num_correct, set_threads, sgd_update, test_accuracy, thread_counts
 
 
@@ -44,6 +44,7 @@ def main() -> None:
     set_threads(args.threads)
     world = LocalWorld.from_env()
     strategy = make_strategy(world)
+    PHASES.done("rendezvous_done")
     images, labels = load_npz(args.data)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -80,12 +81,14 @@ def main() -> None:
     timer = StepTimer(args.warmup_steps)
     race = TargetRace.from_args(args, world.rank, world.size)
     correct = functools.partial(num_correct, model)
+    PHASES.done("data_ready")
     for _ in range(args.steps):
         loss = train_step(batches)
         timer.tick()
         if race.due(timer.steps) and race.reaches_target(timer.steps, correct, sum_over_ranks):
             break
     float(loss)
+    PHASES.done("trained")
     if world.rank == 0:
         accuracy = test_accuracy(model, *load_npz(args.test_data)) if args.test_data else None
         write_throughput(args.out, timer, args.batch_size * world.size, race, test_accuracy=accuracy,

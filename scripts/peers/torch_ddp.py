@@ -18,7 +18,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from common import HIDDEN, INIT_STDDEV, LocalWorld, StepTimer, TargetRace, load_npz, parse_args, write_throughput
+from common import (
+    HIDDEN,
+    INIT_STDDEV,
+    PHASES,
+    LocalWorld,
+    StepTimer,
+    TargetRace,
+    load_npz,
+    parse_args,
+    write_throughput,
+)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -69,6 +79,7 @@ def main() -> None:
     store = Path(args.out).resolve().parent / "torch_store"
     dist.init_process_group("gloo", init_method=f"file://{store}",
                             rank=world.rank, world_size=world.size)
+    PHASES.done("rendezvous_done")
     images, labels = load_npz(args.data)
     shard = (torch.from_numpy(images[world.rank::world.size].copy()),
              torch.from_numpy(labels[world.rank::world.size].copy()))
@@ -79,6 +90,7 @@ def main() -> None:
     race = TargetRace.from_args(args, world.rank, world.size)
     correct = functools.partial(num_correct, model.module)
     stream = batches(*shard, args.batch_size, world.rank)
+    PHASES.done("data_ready")
     for _ in range(args.steps):
         batch_images, batch_labels = next(stream)
         optimizer.zero_grad(set_to_none=True)
@@ -89,6 +101,7 @@ def main() -> None:
         if race.due(timer.steps) and race.reaches_target(timer.steps, correct, sum_over_ranks):
             break
     float(loss.detach())
+    PHASES.done("trained")
     if world.rank == 0:
         accuracy = test_accuracy(model.module, args.test_data) if args.test_data else None
         write_throughput(args.out, timer, args.batch_size * world.size, race, test_accuracy=accuracy,
