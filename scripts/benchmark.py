@@ -4,13 +4,15 @@
                                           [--time-to-accuracy [--tta-target 0.85] [--tta-eval-every 50]
                                            [--tta-max-steps 3000] [--tta-lr 0.1]] [--gpu]
     .venv/bin/python scripts/benchmark.py --shaped-links [--out bench_out/]
+    .venv/bin/python scripts/benchmark.py --publish [bench_out/results.json]
 
 Converts the offline MNIST sample to TFRecords (and an npz copy for the peers) once, then runs every
 configuration `--repeats` times, interleaved, at per-worker batches 100 and 1000, with the first fifth of
 the steps excluded as warm-up. Every job runs under a time limit; multi-process jobs run in a private
 network namespace holding only the loopback interface when `unshare --net` works here. Writes
 OUT/results.json (every raw figure, medians, spreads, ratios, targets, machine and versions) and
-OUT/chart.png, and prints a table. See docs/benchmark.md.
+OUT/chart.png, and prints a table. See docs/benchmark.md. --publish copies a results.json to docs/ and
+rewrites the README's and docs/benchmark.md's results sections and the chart from it (bench/published.py).
 
 --time-to-accuracy then races, on Fashion-MNIST at per-worker batch 100 and np=2, hvd_mnist (the faster
 launcher at batch 100) against PyTorch DDP, Horovod's example and the fastest peer at batch 100 (when it is
@@ -32,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import shaped
+from bench import published, shaped
 from bench.configs import HVD_NP2, cpu_configs, gpu_configs, plan_for
 from bench.launching import ROOT, gpu_present, network_namespace_works
 from bench.race import TTA_BATCH, race_possible, race_targets, time_to_accuracy
@@ -66,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="instead: N = 2, 3, 4 ranks on as many network-namespace hosts, links shaped to 1000, "
                              "200 and 20 Mbit/s; allreduce and training steps against the ring model (~10 min, "
                              "root; writes OUT/shaped_links.json; docs/scaling.md)")
+    parser.add_argument("--publish", nargs="?", type=Path, const=published.RESULTS, metavar="RESULTS_JSON",
+                        help="instead: copy RESULTS_JSON to docs/results.json (default: keep that one) and write "
+                             "the docs' results sections and docs/benchmark_chart.png from it")
     parser.add_argument("--only", nargs="+", metavar="KEY", default=[],
                         help="run only these configurations, by results.json key (e.g. floor hvd_np1)")
     args = parser.parse_args(argv)
@@ -87,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Measure, print the table, race if asked, write results.json and the chart; 1 if any run failed."""
     args = parse_args(argv)
+    if args.publish:
+        for path in published.publish(args.publish):
+            print(f"wrote {path}")
+        return 0
     if args.shaped_links:
         return shaped.run(args.out, args.timeout)
     if args.gpu and not gpu_present():

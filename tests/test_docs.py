@@ -1,4 +1,5 @@
-"""Docs that cannot drift: the generated reference equals what the code gives, and every link from README.md
+"""Docs that cannot drift: the generated reference equals what the code gives, the benchmark's figures in the
+README and docs/benchmark.md (and its chart) are what docs/results.json gives, and every link from README.md
 and docs/ to a file of this repository finds the file and, for `file.py#name`, the function or class."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import re
 
 import pytest
 import reference_docs  # scripts/ is on the path (helpers)
+from bench import published
 from helpers import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -16,6 +18,22 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def test_the_cli_reference_is_what_the_parser_gives():
     assert (ROOT / "docs" / "cli.md").read_text() == reference_docs.render(), (
         "docs/cli.md is out of date: run .venv/bin/python scripts/reference_docs.py")
+
+
+def test_the_benchmark_figures_in_the_docs_are_what_results_json_gives():
+    assert published.stale() == [], (
+        "out of date with docs/results.json: run .venv/bin/python scripts/benchmark.py --publish")
+
+
+def test_a_figure_typed_into_a_results_section_is_found(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    readme.write_text(text.replace(published.END, "| 100 | 99,999 |\n" + published.END))
+    monkeypatch.setattr(published, "SECTIONS", {readme: "readme"})
+    monkeypatch.setattr(published, "ROOT", tmp_path)
+    monkeypatch.setattr(published, "CHART", ROOT / "docs" / "benchmark_chart.png")
+    monkeypatch.setattr(published, "RESULTS", ROOT / "docs" / "results.json")
+    assert published.stale() == ["README.md"]
 
 
 def local_links(doc) -> list[tuple[str, str]]:
