@@ -23,6 +23,7 @@ EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist --config runs/a/config.toml --output-dir runs/b   # rerun a's experiment
   hvd-mnist --config my.toml --steps 500 --print-config    # the effective configuration as TOML
   hvd-mnist plot runs/a                                     # loss, accuracy and LR of a run as a PNG
+  hvd-mnist debug runs/a             # every rank's stacks and recent collectives into runs/a/debug/, job goes on
 """
 
 
@@ -192,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         from hvd_mnist.plot import main as plot_main
 
         return plot_main(argv[1:])
+    if argv[:1] == ["debug"]:
+        from hvd_mnist.runtime.dumps import main as debug_main
+
+        return debug_main(argv[1:])
     try:
         config, print_config, named = _parse(argv)
         if print_config:

@@ -81,8 +81,7 @@ def run_session(config: TrainConfig) -> RunResult:
         BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE.get(config.model, 0),
                                                      available_memory() // world.local_size)
         run_dir = open_run_dir(config, world, supervisor)
-        if world.is_chief:
-            supervisor.crash_dir = run_dir.path
+        supervisor.run_dir_known(run_dir, world.is_chief)
         phase_done("run_dir_ready")
         with supervisor.guarded(0, "gathering the ranks' devices"):
             devices = placement(world, config.elastic)

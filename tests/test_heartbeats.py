@@ -1,8 +1,10 @@
 """The heartbeat side channel on real local TCP connections, three 'ranks' in one process: who went silent, who
-died, the reason a rank gave, the last checkpoint told to everyone, and a stop that never hangs."""
+died, who is alive but stuck and where, the reason a rank gave, the last checkpoint told to everyone, and a stop
+that never hangs."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import signal
@@ -89,6 +91,64 @@ def test_a_stated_reason_reaches_every_rank_and_beats_the_death_that_follows(ran
     one._chief.shut()
     for heartbeats in (chief, two):
         wait_for(lambda h=heartbeats: (h.cause() or "").startswith("rank 1 failed: could not write metrics"))
+
+
+def test_a_rank_alive_but_stuck_is_named_with_its_frame_by_every_rank(ranks):
+    chief, one, two = ranks
+    stuck_since = time.monotonic() - heartbeats_module.STUCK_AFTER_S - 5
+    one.whereabouts._progressed = stuck_since  # its main thread: no step for 15 s, outside any collective
+    with contextlib.ExitStack() as blocks:
+        for waiting in (chief, two):  # the others wait in the next collective, and progressed a moment ago
+            blocks.enter_context(waiting.whereabouts.within(300, "training"))
+        wait_for(lambda: "alive but stuck" in (two.cause() or ""), SILENCE_WAIT_S)
+    for heartbeats in (chief, two):
+        cause = heartbeats.cause()
+        assert cause.startswith("rank(s) 1 alive but stuck for 1"), cause
+        # The main thread's innermost frame of this repository's code: the test waiting in helpers.wait_for.
+        assert "rank 1 in tests/helpers.py:" in cause and cause.endswith(" wait_for (not in a collective)"), cause
+    ages = chief.ranks()
+    assert ages[1].progress_age > heartbeats_module.STUCK_AFTER_S and ages[1].heartbeat_age < SILENT_AFTER_S
+    assert ages[0].progress_age < heartbeats_module.STUCK_AFTER_S
+
+
+def test_ranks_that_all_wait_in_a_collective_are_named_as_such():
+    stuck = {0: {"since_progress": 31, "waiting_in": "training", "frame": "hvd_mnist/train/loop.py:120 _train"},
+             1: {"since_progress": 30, "waiting_in": "training", "frame": "hvd_mnist/train/loop.py:120 _train"}}
+    assert describe({"stuck": stuck}) == ("rank(s) 0, 1 alive but stuck for 31 s, rank 0 in "
+                                          "hvd_mnist/train/loop.py:120 _train (waiting in training)")
+    stuck[1] |= {"waiting_in": None, "frame": "hvd_mnist/data/pipeline.py:9 next_batch"}
+    assert describe({"stuck": stuck}) == ("rank(s) 1 alive but stuck for 30 s, rank 1 in "
+                                          "hvd_mnist/data/pipeline.py:9 next_batch (not in a collective)")
+    assert describe({"silent": {"1": 9}, "stuck": stuck}).startswith("rank(s) 1 stopped answering")
+
+
+def test_rank_0_gathers_every_ranks_stacks_and_flight_record_from_their_side_threads(ranks):
+    chief, one, two = ranks
+    with one.whereabouts.within(40, "training", nbytes=1_590_040):
+        pass
+    with two.whereabouts.within(50, "averaging the metrics"):  # still in it when the dump is taken
+        dumps = chief.gather_dumps("no progress for 30 s", wait=10)
+    assert sorted(dumps) == [0, 1, 2]
+    for rank, text in dumps.items():
+        assert text.startswith(f"hvd_mnist rank {rank} on ") and "no progress for 30 s" in text.splitlines()[0]
+        assert "--- thread MainThread (main)" in text and "test_heartbeats.py" in text, text  # this test's frame
+        assert "--- thread hvd-mnist-heartbeats" in text  # every thread's stack
+    assert "after step 40       training  1.59 MB allreduced  0.0" in dumps[1], dumps[1]
+    assert "after step 50       averaging the metrics  STILL IN IT after" in dumps[2], dumps[2]
+    assert "in a guarded block: averaging the metrics" in dumps[2]
+    one._chief.shut()  # a rank that died sends no dump, and is not waited for
+    wait_for(lambda: chief.knowledge()["died"] == [1])
+    started = time.monotonic()
+    assert sorted(chief.gather_dumps("again", wait=20)) == [0, 2]
+    assert time.monotonic() - started < 10
+
+
+def test_another_rank_can_ask_rank_0_to_gather_the_dumps(ranks):
+    chief, one, _ = ranks
+    asked = []
+    chief.on_dump_request = asked.append
+    one.ask_for_dumps("no progress for 30 s (training after step 7)")
+    wait_for(lambda: asked == ["no progress for 30 s (training after step 7)"])
 
 
 def test_the_chiefs_checkpoint_is_told_at_once(ranks):

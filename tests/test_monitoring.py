@@ -1,5 +1,6 @@
 """Watching a run from outside: Debian's real Prometheus server scrapes rank 0's --metrics-port, and the series
-are read back through Prometheus's HTTP query API, including a stopped rank's heartbeat age as it grows."""
+are read back through Prometheus's HTTP query API, including a stopped rank's heartbeat age as it grows, and a
+stuck rank's progress age growing while its heartbeat stays fresh."""
 
 from __future__ import annotations
 
@@ -109,6 +110,44 @@ def test_prometheus_sees_training_and_a_stopped_ranks_heartbeat_age_grow(tmp_pat
         proc.wait()
     assert proc.returncode != 0
     assert "rank(s) 1 stopped answering" in output and "Traceback" not in output
+
+
+def test_prometheus_sees_a_rank_alive_but_stuck_and_the_job_ends_naming_its_frame(tmp_path, prometheus):
+    """Rank 1's main thread sleeps at step 300 outside any collective (its heartbeats go on): Prometheus shows its
+    progress age growing past 10 s while its heartbeat age stays small; the 30 s collective timeout then ends
+    the job with one line naming rank 1 as alive but stuck, where, and that it is not in a collective."""
+    run_dir = tmp_path / "run"
+    port, prometheus_port = free_ports(2)
+    command = trainer_command("gloo", 2, "--steps", "1000000", "--log-every", "10", "--collective-timeout", "30",
+                              "--metrics-port", str(port), "--output-dir", str(run_dir))
+    env = {**launcher_env(), "HVD_MNIST_FAULT": "step:rank=1:step=300:sleep=120"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        query = prometheus(port, prometheus_port)
+        wait_for(lambda: query("hvd_mnist_step").get("", 0) >= 290, TIMEOUT, "Prometheus to see step 290")
+        wait_for(lambda: query('hvd_mnist_rank_seconds_since_progress{rank="1"}').get("1", 0) > 10, 25,
+                 "rank 1's progress age to pass 10 s")
+        heartbeat = query('hvd_mnist_rank_heartbeat_age_seconds{rank="1"}')["1"]
+        assert heartbeat < 5, heartbeat  # alive: heard within the last few heartbeats
+        assert proc.poll() is None, "the job ended before its collective timeout"
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0 and "Traceback" not in output
+    errors = [line for line in output.splitlines() if "hvd-mnist: error:" in line]
+    assert errors, output[-3000:]
+    print(errors[0])
+    assert "rank(s) 1 alive but stuck for" in errors[0], errors
+    assert "hvd_mnist/runtime/faults.py:" in errors[0] and "maybe_fault (not in a collective)" in errors[0], errors
+    # Both ranks' stacks: rank 1's main thread in the sleep, sent from its heartbeat thread; rank 0's in the
+    # allreduce it waits in, with its flight record naming the block it is still in.
+    assert f"stacks in {run_dir}/debug/" in errors[0], errors
+    stuck, waiting = ((run_dir / "debug" / f"rank-{rank}.txt").read_text() for rank in (1, 0))
+    print(stuck)
+    assert "in a guarded block: no" in stuck and "in maybe_fault\n    time.sleep(" in stuck, stuck
+    assert "in a guarded block: averaging the metrics" in waiting, waiting
+    assert "averaging the metrics  STILL IN IT after 3" in waiting and "MB allreduced" in waiting, waiting
 
 
 def test_a_metrics_port_in_use_is_one_line(tmp_path):

@@ -243,6 +243,12 @@ def test_a_stopped_worker_ends_every_rank_within_the_collective_timeout(tmp_path
     assert f"rank(s) {stopped} stopped answering" in lines[0]
     assert f"last good checkpoint: {run_dir}/checkpoints/ckpt-40" in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
+    # The stopped rank cannot dump itself; the live one's stacks and flight record are in debug/ all the same.
+    live = 1 - stopped
+    assert f"stacks in {run_dir}/debug/" in lines[0]
+    assert sorted(path.name for path in (run_dir / "debug").iterdir()) == [f"rank-{live}.txt"]
+    dump = (run_dir / "debug" / f"rank-{live}.txt").read_text()
+    assert "--- thread MainThread (main)" in dump and "after step 50       training" in dump, dump
     wait_for_ranks_to_exit(run_dir)
     assert latest_step(run_dir) == 40
     assert_checkpoint_readable(run_dir, 40)

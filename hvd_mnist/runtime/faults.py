@@ -1,17 +1,19 @@
 """Fault injection for the reliability tests:
-HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise][:once=<file>].
+HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>][:once=<file>].
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
 up, or SIGSTOP for a process that hangs without dying; `raise` instead raises an exception hvd_mnist does
-not expect, as a bug would. With `once`, the first process to fire creates <file> and later ones (say, a
-restarted elastic worker) do not fire.
+not expect, as a bug would; `sleep` blocks the main thread for <s> seconds outside any collective while the
+process lives on (its heartbeats too): alive but stuck, as in a deadlock or a read that never returns. With
+`once`, the first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV_VAR = "HVD_MNIST_FAULT"
 
@@ -44,4 +46,7 @@ def maybe_fault(point: str, rank: int, step: int) -> None:
             return
     if "raise" in values:
         raise ZeroDivisionError(f"{ENV_VAR}: injected failure at step {step}")
+    if "sleep" in values:
+        time.sleep(float(values["sleep"]))
+        return
     os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])

@@ -6,6 +6,8 @@ import contextlib
 import logging
 import re
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import horovod.tensorflow as hvd
@@ -13,11 +15,15 @@ import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
 from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.dumps import watch_requests, write_dumps
 from hvd_mnist.runtime.heartbeats import Heartbeats
+from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.watchdog import Watchdog
+from hvd_mnist.runtime.whereabouts import Whereabouts
 
 log = logging.getLogger("hvd_mnist")
 CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why
+DUMP_WAIT_S = 3.0  # how long rank 0 waits for the other ranks' dumps
 
 
 def link_failure(message: str) -> str:
@@ -44,23 +50,53 @@ class CollectiveGuard:
     def __init__(self, timeout: float, elastic: bool) -> None:
         self.timeout = timeout
         self.elastic = elastic
-        self.heartbeats = Heartbeats.for_rank(0, 1)  # alone until a world starts its side channel
+        self.whereabouts = Whereabouts()
+        self.heartbeats = Heartbeats.for_rank(0, 1, whereabouts=self.whereabouts)  # alone until a world starts
         self.watchdog = Watchdog(timeout, self._timed_out, self._peer_gone)
+        self.run_dir: RunDir | None = None  # where the dumps go (debug/), once every rank knows it
+        self._dumping = threading.Lock()  # one gathering at a time: the watchdog's, a request's, another rank's
 
     def start_heartbeats(self, world: World, step: int) -> None:
         """A new side channel for this world (a collective: every rank calls it at the same point)."""
-        self.heartbeats = Heartbeats.for_rank(world.rank, world.size, local_only=world.local_size == world.size)
+        self.heartbeats = Heartbeats.for_rank(world.rank, world.size, local_only=world.local_size == world.size,
+                                              whereabouts=self.whereabouts)
+        self.heartbeats.on_dump_request = self.dump
         with self.guarded(step, "starting the heartbeats"):
             self.heartbeats.start(lambda offer: hvd.broadcast_object(offer, root_rank=0, name="heartbeats"))
 
     def stop_heartbeats(self) -> None:
         self.heartbeats.stop()
 
+    def dumps_into(self, run_dir: RunDir, answers_requests: bool) -> None:
+        """Dumps go to `run_dir`'s debug/ from now on; rank 0 (`answers_requests`) also answers `hvd-mnist debug`."""
+        self.run_dir = run_dir
+        if answers_requests:
+            watch_requests(run_dir, self.dump)
+
+    def dump(self, why: str) -> str:
+        """Every rank's stacks and flight record into debug/, gathered by rank 0 (another rank asks it to, or,
+        where rank 0 died or stopped answering, writes its own); the tail of the one-line error that says where
+        they are ('' before there is a run directory)."""
+        if self.run_dir is None:
+            return ""
+        known = self.heartbeats.knowledge()
+        chief_lost = 0 in known.get("died", []) or 0 in known.get("silent", {})
+        if self.heartbeats.rank != 0 and not chief_lost:
+            self.heartbeats.ask_for_dumps(why)
+            time.sleep(DUMP_WAIT_S)  # for rank 0 to gather this rank's dump too, before this process ends
+            return f"; stacks in {self.run_dir.debug}/"
+        with self._dumping:
+            failed = write_dumps(self.run_dir.debug, self.heartbeats.gather_dumps(why, DUMP_WAIT_S))
+        if failed:
+            return f"; could not write stacks to {self.run_dir.debug}/: {failed.lower()}"
+        return f"; stacks in {self.run_dir.debug}/"
+
     @contextlib.contextmanager
-    def guarded(self, step: int, what: str) -> Iterator[None]:
-        """A block of collectives: bounded by the timeout; a failed one becomes WorkerLost with its cause
-        (elastic runs leave the failure to Horovod, which rolls back and goes on with the survivors)."""
-        with self.watchdog.watching(step, what):
+    def guarded(self, step: int, what: str, nbytes: int | None = None) -> Iterator[None]:
+        """A block of collectives: bounded by the timeout and kept in the flight record (`nbytes`: what it
+        allreduces, where known); a failed one becomes WorkerLost with its cause (elastic runs leave the failure
+        to Horovod, which rolls back and goes on with the survivors)."""
+        with self.whereabouts.within(step, what, nbytes), self.watchdog.watching(step, what):
             try:
                 yield
             except tf.errors.OpError as err:
@@ -79,7 +115,8 @@ class CollectiveGuard:
 
     def _failed(self, step: int, cause: str | None) -> str:
         """The one line for a collective that failed, or that the watchdog gave up on, for `cause`."""
-        return f"collective failed after step {step}: {cause}{self.last_checkpoint()}; rerun with --resume"
+        dumped = self.dump(f"collective failed after step {step}: {cause}") if self.heartbeats.rank == 0 else ""
+        return f"collective failed after step {step}: {cause}{dumped}{self.last_checkpoint()}; rerun with --resume"
 
     def _peer_gone(self) -> bool:
         """A peer died or said it is ending: a collective waiting for it cannot finish (elastic runs leave that
@@ -98,7 +135,8 @@ class CollectiveGuard:
                 log.warning("rank(s) %s stopped answering for %.0f s; killed, so that the others go on without "
                             "them", ", ".join(map(str, killed)), self.timeout)
                 return True
-        print(f"hvd-mnist: error: no progress for {self.timeout:.0f} s ({what} after step {step}): "
-              f"{self.heartbeats.cause() or 'a rank stopped answering'}{self.last_checkpoint()}; rerun with --resume",
+        line = (f"no progress for {self.timeout:.0f} s ({what} after step {step}): "
+                f"{self.heartbeats.cause() or 'a rank stopped answering'}")
+        print(f"hvd-mnist: error: {line}{self.dump(line)}{self.last_checkpoint()}; rerun with --resume",
               file=sys.stderr, flush=True)
         return False

@@ -5,7 +5,11 @@ under Gloo it fails after Gloo's timeout as if the peer had died. So every rank 
 rank 0 and sends its step once a second; rank 0 answers with what it knows: ranks that died (their
 connection closed), ranks that stopped answering (connection open, no heartbeat), the reason a rank gave
 for failing, and the last good checkpoint. A rank that fails for a reason it can state (no space left on
-device, say) sends that reason first, so that the others repeat it instead of guessing.
+device, say) sends that reason first, so that the others repeat it instead of guessing. Each heartbeat also
+says where the rank's main thread is (whereabouts.py): a rank that answers but has made no progress for
+STUCK_AFTER_S is named as stuck, with its frame and whether it waits in a collective. Rank 0 can ask every
+rank for a dump of its stacks and flight record (whereabouts.py), which each sends from its own threads, so a
+rank whose main thread is stuck still answers.
 
 Rank 0 and the others play different parts behind one interface: `Heartbeats.for_rank` picks the part.
 """
@@ -19,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from hvd_mnist.runtime.process import Process
 from hvd_mnist.runtime.transport import (
@@ -29,31 +34,46 @@ from hvd_mnist.runtime.transport import (
     listen_address,
     local_addresses,
 )
+from hvd_mnist.runtime.whereabouts import Whereabouts
 
 HEARTBEAT_S = 1.0
 SILENT_AFTER_S = 5.0  # a connected rank without a heartbeat for this long has stopped answering
 STATE_WAIT_S = 0.3  # how long a failing rank gives its reason to reach the others
+STUCK_AFTER_S = 10.0  # a rank that answers but has not progressed for this long is stuck
+
+
+class RankLiveness(NamedTuple):
+    """What rank 0 can tell of one rank from outside: its last step, seconds since it was last heard, and
+    seconds since its main thread last made progress (growing while the heartbeat stays fresh: alive but stuck)."""
+
+    step: int
+    heartbeat_age: float
+    progress_age: float
 
 
 class Heartbeats:
     """The side channel of one rank, for one world (an elastic reset makes a new one); alone, it knows nothing."""
 
-    def __init__(self, rank: int, size: int) -> None:
+    def __init__(self, rank: int, size: int, whereabouts: Whereabouts | None = None) -> None:
         self.rank, self.size = rank, size
-        self.step = -1  # told by the training loop, through the supervisor
+        self.step = -1  # told by the training loop, through the supervisor (progressed)
+        self.whereabouts = whereabouts or Whereabouts()  # the rank's, kept across worlds (elastic resets)
+        self.on_dump_request: Callable[[str], None] = lambda why: None  # rank 0: another rank asks for dumps
         self._checkpoint: str | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
 
     @staticmethod
-    def for_rank(rank: int, size: int, local_only: bool = False) -> Heartbeats:
+    def for_rank(rank: int, size: int, local_only: bool = False, whereabouts: Whereabouts | None = None) -> Heartbeats:
         """Rank 0's part, another rank's part, or nothing to do for a world of one.
 
         `local_only`: every rank runs on this machine, so rank 0 listens on loopback only.
         """
         if size == 1:
-            return Heartbeats(rank, size)
-        return ChiefHeartbeats(rank, size, local_only) if rank == 0 else WorkerHeartbeats(rank, size)
+            return Heartbeats(rank, size, whereabouts)
+        if rank == 0:
+            return ChiefHeartbeats(rank, size, local_only, whereabouts)
+        return WorkerHeartbeats(rank, size, whereabouts)
 
     def start(self, broadcast: Callable[[object], object]) -> None:
         """A collective: rank 0's offer (address, port, secret) reaches every rank through `broadcast`."""
@@ -68,6 +88,11 @@ class Heartbeats:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def progressed(self, step: int) -> None:
+        """The main thread finished `step`."""
+        self.step = step
+        self.whereabouts.progressed()
 
     @property
     def checkpoint(self) -> str | None:
@@ -98,9 +123,17 @@ class Heartbeats:
                 return text
             time.sleep(0.2)
 
-    def ranks(self) -> dict[int, tuple[int, float]]:
-        """Each rank this one hears: its last reported step and seconds since it was last heard (itself: now)."""
-        return {self.rank: (self.step, 0.0)}
+    def ranks(self) -> dict[int, RankLiveness]:
+        """Each rank this one hears (itself: heard now)."""
+        return {self.rank: RankLiveness(self.step, 0.0, self.whereabouts.since_progress())}
+
+    def gather_dumps(self, why: str, wait: float) -> dict[int, str]:
+        """Rank 0: every rank's dump that arrives within `wait` s (a stopped or dead rank sends none), its own
+        included; alone, only its own."""
+        return {self.rank: self.whereabouts.dump(self.rank, why)}
+
+    def ask_for_dumps(self, why: str) -> None:
+        """Any rank but 0: ask rank 0 to gather and write every rank's dump."""
 
     def silent_processes(self) -> list[Process]:
         """The processes of the ranks that stopped answering, as rank 0 describes them."""
@@ -115,6 +148,8 @@ class _PeerState:
     process: dict | None = None
     last_heard: float = field(default_factory=time.monotonic)
     step: int = -1
+    where: dict = field(default_factory=dict)  # its last Whereabouts.report()
+    dump: tuple[int, str] | None = None  # (request number, text): its answer to rank 0's last dump request
     closed: bool = False
     finished: bool = False  # said goodbye: it ended normally, its closed connection is no death
 
@@ -122,9 +157,10 @@ class _PeerState:
 class ChiefHeartbeats(Heartbeats):
     """Rank 0: listens, hears every other rank, and answers each heartbeat with what it knows."""
 
-    def __init__(self, rank: int, size: int, local_only: bool) -> None:
-        super().__init__(rank, size)
+    def __init__(self, rank: int, size: int, local_only: bool, whereabouts: Whereabouts | None) -> None:
+        super().__init__(rank, size, whereabouts)
         self.local_only = local_only
+        self._dump_request: dict = {"number": 0, "why": ""}  # told to every rank; each answers a new number once
         self._secret = secrets.token_hex(16)
         self._listener: Listener | None = None
         self._peers = {other: _PeerState() for other in range(1, size)}
@@ -161,7 +197,9 @@ class ChiefHeartbeats(Heartbeats):
                 self._peers[rank] = _PeerState(process=hello.get("process"))
                 self._connections[rank] = connection
             while (message := connection.receive()) is not None:
-                if self._heard(rank, message):
+                if "dump" in message or "dump_all" in message:
+                    self._dump_message(rank, message)
+                elif self._heard(rank, message):
                     self._publish()
                 else:
                     connection.send(self.knowledge())
@@ -185,10 +223,37 @@ class ChiefHeartbeats(Heartbeats):
             peer = self._peers[rank]
             peer.finished = peer.finished or bool(message.get("bye"))
             peer.last_heard, peer.step = time.monotonic(), message.get("step", peer.step)
+            peer.where = {key: message[key] for key in ("since_progress", "waiting_in", "frame") if key in message}
             news = bool(message.get("error")) and self._error is None
             if news:
                 self._error = (rank, message["error"])
         return news
+
+    def _dump_message(self, rank: int, message: dict) -> None:
+        """A rank's dump, in answer to a request; or a rank's request that rank 0 gather them all."""
+        if "dump_all" in message:
+            threading.Thread(target=self.on_dump_request, args=(str(message["dump_all"]),), daemon=True).start()
+            return
+        number, text = message["dump"]
+        with self._lock:
+            self._peers[rank].dump = (int(number), str(text))
+
+    def gather_dumps(self, why: str, wait: float) -> dict[int, str]:
+        with self._lock:
+            number = self._dump_request["number"] + 1
+            self._dump_request = {"number": number, "why": why}
+        self._publish()
+        dumps = super().gather_dumps(why, wait)
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                answered = {rank: peer.dump[1] for rank, peer in self._peers.items()
+                            if peer.dump is not None and peer.dump[0] == number}
+                waiting = [rank for rank, peer in self._peers.items() if rank not in answered and not peer.closed
+                           and time.monotonic() - peer.last_heard <= SILENT_AFTER_S]
+            if not waiting or time.monotonic() >= deadline:
+                return {**dumps, **answered}
+            time.sleep(0.05)
 
     def knowledge(self) -> dict:
         now = time.monotonic()
@@ -197,13 +262,21 @@ class ChiefHeartbeats(Heartbeats):
             silent = {rank: round(now - peer.last_heard) for rank, peer in self._peers.items()
                       if not peer.closed and not peer.finished and now - peer.last_heard > SILENT_AFTER_S}
             processes = {rank: self._peers[rank].process for rank in silent}
-            return {"died": died, "silent": silent, "processes": processes, "error": self._error,
-                    "checkpoint": self._checkpoint}
+            places = {rank: {**peer.where, "since_progress": peer.where["since_progress"] + now - peer.last_heard}
+                      for rank, peer in self._peers.items()
+                      if "since_progress" in peer.where and rank not in silent and not peer.closed}
+        places[self.rank] = self.whereabouts.report()
+        stuck = {rank: {**place, "since_progress": round(place["since_progress"])} for rank, place in places.items()
+                 if place["since_progress"] > STUCK_AFTER_S}
+        return {"died": died, "silent": silent, "processes": processes, "stuck": stuck, "error": self._error,
+                "checkpoint": self._checkpoint, "dump": self._dump_request}
 
-    def ranks(self) -> dict[int, tuple[int, float]]:
+    def ranks(self) -> dict[int, RankLiveness]:
         now = time.monotonic()
         with self._lock:
-            heard = {rank: (peer.step, now - peer.last_heard) for rank, peer in self._peers.items()}
+            heard = {rank: RankLiveness(peer.step, now - peer.last_heard,
+                                        peer.where.get("since_progress", 0.0) + now - peer.last_heard)
+                     for rank, peer in self._peers.items()}
         return {**super().ranks(), **heard}
 
     def _open_connections(self) -> list[Connection]:
@@ -227,9 +300,10 @@ class ChiefHeartbeats(Heartbeats):
 class WorkerHeartbeats(Heartbeats):
     """Any rank but 0: connects to rank 0, sends its step every second, keeps rank 0's latest answer."""
 
-    def __init__(self, rank: int, size: int) -> None:
-        super().__init__(rank, size)
+    def __init__(self, rank: int, size: int, whereabouts: Whereabouts | None) -> None:
+        super().__init__(rank, size, whereabouts)
         self._chief: Connection | None = None
+        self._dumped = 0  # the last dump request answered
         self._answer: dict = {}
         self._chief_heard = time.monotonic()
         self._chief_closed = False
@@ -247,13 +321,17 @@ class WorkerHeartbeats(Heartbeats):
         with contextlib.suppress(OSError, ValueError):
             self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank))})
             while not self._stopped.wait(HEARTBEAT_S):
-                self._chief.send({"step": self.step})
+                self._chief.send({"step": self.step, **self.whereabouts.report()})
 
     def _read_chief(self) -> None:
         try:
             while (message := self._chief.receive()) is not None:
                 with self._lock:
                     self._answer, self._chief_heard = message, time.monotonic()
+                request = message.get("dump") or {"number": 0}
+                if request["number"] > self._dumped:  # answered from this thread: the main one may be stuck
+                    self._dumped = request["number"]
+                    self._chief.send({"dump": [request["number"], self.whereabouts.dump(self.rank, request["why"])]})
         except (OSError, ValueError):
             pass
         finally:
@@ -279,6 +357,11 @@ class WorkerHeartbeats(Heartbeats):
             answer["silent"] = {0: round(quiet)}
         return answer
 
+    def ask_for_dumps(self, why: str) -> None:
+        if self._chief is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._chief.send({"dump_all": why})
+
     def state_failure(self, message: str) -> None:
         if self._chief is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -298,7 +381,21 @@ def describe(known: dict) -> str | None:
         seconds = max(silent.values())
         return (f"rank(s) {_ranks(silent)} stopped answering (no heartbeat for {seconds} s: stopped, swapping, "
                 "stuck or cut off)")
+    if known.get("stuck"):
+        return stuck_phrase(known["stuck"])
     return None
+
+
+def stuck_phrase(stuck: dict) -> str:
+    """Ranks that answer but do not progress: those outside any collective are the likely cause; if every one
+    waits in a collective, the job waits on itself (a collective that some rank never entered the same way)."""
+    outside = {rank: place for rank, place in stuck.items() if not place.get("waiting_in")}
+    named = outside or stuck
+    rank, place = max(named.items(), key=lambda item: item[1]["since_progress"])
+    where = f"in {place.get('frame') or 'an unknown frame'}"
+    waiting = "not in a collective" if not place.get("waiting_in") else f"waiting in {place['waiting_in']}"
+    return (f"rank(s) {_ranks(named)} alive but stuck for {place['since_progress']} s, rank {rank} {where} "
+            f"({waiting})")
 
 
 def _ranks(ranks: Iterable) -> str:

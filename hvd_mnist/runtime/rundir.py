@@ -78,6 +78,15 @@ class RunDir:
         return self.path / "timeline.json"
 
     @property
+    def debug(self) -> Path:
+        """Each rank's stacks and flight record, rank-K.txt, from a failed or stalled job or `hvd-mnist debug`."""
+        return self.path / "debug"
+
+    @property
+    def debug_request(self) -> Path:
+        return self.debug / "request"
+
+    @property
     def lock(self) -> Path:
         return self.path / ".lock"
 

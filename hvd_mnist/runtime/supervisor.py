@@ -20,6 +20,7 @@ from hvd_mnist.runtime import faults
 from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
+from hvd_mnist.runtime.heartbeats import RankLiveness
 from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.stopping import StopSignal, describe, first_cause
 
@@ -51,9 +52,17 @@ class Supervisor:
         except Exception as err:
             raise crashed(err, self.crash_dir) from None
 
-    def guarded(self, step: int, what: str) -> contextlib.AbstractContextManager[None]:
-        """A block of collectives, bounded by --collective-timeout; a failed one ends the run naming the cause."""
-        return self._guard.guarded(step, what)
+    def guarded(self, step: int, what: str, nbytes: int | None = None) -> contextlib.AbstractContextManager[None]:
+        """A block of collectives, bounded by --collective-timeout and kept in the flight record (`nbytes`: what
+        it allreduces); a failed one ends the run naming the cause, with every rank's stacks in debug/."""
+        return self._guard.guarded(step, what, nbytes)
+
+    def run_dir_known(self, run_dir: RunDir, is_chief: bool) -> None:
+        """The run directory exists: rank 0's tracebacks and every rank's dumps go there, and rank 0 answers
+        `hvd-mnist debug`."""
+        if is_chief:
+            self.crash_dir = run_dir.path
+        self._guard.dumps_into(run_dir, answers_requests=is_chief)
 
     @contextlib.contextmanager
     def watching(self, world: World, step: int, checkpoint: str | None) -> Iterator[None]:
@@ -105,7 +114,7 @@ class Supervisor:
 
     def progress(self, step: int) -> None:
         """This rank reached `step` (the heartbeats carry it to rank 0)."""
-        self._guard.heartbeats.step = step
+        self._guard.heartbeats.progressed(step)
 
     def checkpointed(self, path: str) -> None:
         """Rank 0 wrote a good checkpoint: every rank can name it from now on if the run fails."""
@@ -117,9 +126,9 @@ class Supervisor:
 
     # --- what training asks it ---------------------------------------------------------------------------------
 
-    def liveness(self) -> tuple[dict[int, tuple[int, float]], str | None]:
-        """For watching from outside (rank 0): each rank's last step and seconds since it was last heard, and
-        the last good checkpoint."""
+    def liveness(self) -> tuple[dict[int, RankLiveness], str | None]:
+        """For watching from outside (rank 0): each rank's last step, seconds since it was last heard and since
+        it last progressed, and the last good checkpoint."""
         return self._guard.heartbeats.ranks(), self._guard.heartbeats.checkpoint
 
     @property

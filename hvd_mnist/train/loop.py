@@ -121,7 +121,8 @@ class TrainingLoop:
         while step < config.steps:
             # The first call runs one step, so that its time (mostly tracing) is a phase of its own.
             count = 1 if step == start_step else cadence.next_pause(step) - step
-            with supervisor.guarded(step, "training"):
+            nbytes = replica.allreduced_bytes and replica.allreduced_bytes * count
+            with supervisor.guarded(step, "training", nbytes):
                 metrics = replica.train_steps(batches, count)
             if step == start_step:
                 phase_done("first_call")

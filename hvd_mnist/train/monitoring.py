@@ -13,10 +13,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hvd_mnist.errors import UserError
+from hvd_mnist.runtime.supervisor import RankLiveness
 from hvd_mnist.train.metrics_endpoint import MetricsEndpoint
 
 # What the Supervisor knows: {rank: (last step, seconds since heard)} and the last good checkpoint's path.
-Liveness = Callable[[], tuple[dict[int, tuple[int, float]], str | None]]
+Liveness = Callable[[], tuple[dict[int, RankLiveness], str | None]]
 GAUGES = {  # metrics.jsonl event -> {its field: the gauge it sets}
     "train": {"step": "step", "loss": "loss", "accuracy": "train_accuracy", "lr": "learning_rate",
               "examples_per_sec": "examples_per_second"},
@@ -62,11 +63,16 @@ class _LivenessCollector(Collector):
         steps = GaugeMetricFamily("hvd_mnist_rank_step", "last step each rank reported", labels=["rank"])
         ages = GaugeMetricFamily("hvd_mnist_rank_heartbeat_age_seconds",
                                  "seconds since rank 0 last heard each rank", labels=["rank"])
-        for rank, (step, age) in sorted(ranks.items()):
+        progress = GaugeMetricFamily("hvd_mnist_rank_seconds_since_progress",
+                                     "seconds since each rank's main thread last finished a step (grows while the "
+                                     "heartbeat stays fresh: alive but stuck)", labels=["rank"])
+        for rank, (step, age, since_progress) in sorted(ranks.items()):
             steps.add_metric([str(rank)], step)
             ages.add_metric([str(rank)], age)
+            progress.add_metric([str(rank)], since_progress)
         yield steps
         yield ages
+        yield progress
         if checkpoint is not None:
             try:
                 written = os.stat(f"{checkpoint}.index").st_mtime

@@ -83,6 +83,14 @@ class Replica:
         return [*self.model.trainable_variables, *self.ema.shadows, self.step, self.global_batch,
                 self.target_global_batch, self.best_accuracy]
 
+    @property
+    def allreduced_bytes(self) -> int | None:
+        """What one step's gradient allreduce carries from each rank (None: one rank, no allreduce)."""
+        if not self.plan.across_ranks:
+            return None
+        return sum(var.shape.num_elements() * (2 if self.config.fp16_allreduce else var.dtype.size)
+                   for var in self.model.trainable_variables)
+
     def trackables(self) -> dict[str, tf.Module | tf.Variable]:
         """What a checkpoint holds."""
         return {"step": self.step, "global_batch": self.global_batch, "target_global_batch": self.target_global_batch,
