@@ -112,10 +112,15 @@ def test_a_rank_alive_but_stuck_is_named_with_its_frame_by_every_rank(ranks):
 
 
 def test_ranks_that_all_wait_in_a_collective_are_named_as_such():
-    stuck = {0: {"since_progress": 31, "waiting_in": "training", "frame": "hvd_mnist/train/loop.py:120 _train"},
-             1: {"since_progress": 30, "waiting_in": "training", "frame": "hvd_mnist/train/loop.py:120 _train"}}
+    training = "training after step 300"
+    stuck = {0: {"since_progress": 31, "waiting_in": training, "frame": "hvd_mnist/train/loop.py:120 _train"},
+             1: {"since_progress": 30, "waiting_in": training, "frame": "hvd_mnist/train/loop.py:120 _train"}}
     assert describe({"stuck": stuck}) == ("rank(s) 0, 1 alive but stuck for 31 s, rank 0 in "
-                                          "hvd_mnist/train/loop.py:120 _train (waiting in training)")
+                                          "hvd_mnist/train/loop.py:120 _train (waiting in training after step 300)")
+    stuck[1] |= {"waiting_in": "averaging the metrics after step 300"}
+    assert describe({"stuck": stuck}) == ("rank(s) 0, 1 alive but stuck for 31 s, each in a different collective: "
+                                          "rank 0 in training after step 300, rank 1 in averaging the metrics after "
+                                          "step 300 (a collective that not every rank entered)")
     stuck[1] |= {"waiting_in": None, "frame": "hvd_mnist/data/pipeline.py:9 next_batch"}
     assert describe({"stuck": stuck}) == ("rank(s) 1 alive but stuck for 30 s, rank 1 in "
                                           "hvd_mnist/data/pipeline.py:9 next_batch (not in a collective)")
@@ -135,7 +140,7 @@ def test_rank_0_gathers_every_ranks_stacks_and_flight_record_from_their_side_thr
         assert "--- thread hvd-mnist-heartbeats" in text  # every thread's stack
     assert "after step 40       training  1.59 MB allreduced  0.0" in dumps[1], dumps[1]
     assert "after step 50       averaging the metrics  STILL IN IT after" in dumps[2], dumps[2]
-    assert "in a guarded block: averaging the metrics" in dumps[2]
+    assert "in a guarded block: averaging the metrics after step 50" in dumps[2]
     one._chief.shut()  # a rank that died sends no dump, and is not waited for
     wait_for(lambda: chief.knowledge()["died"] == [1])
     started = time.monotonic()

@@ -146,7 +146,7 @@ def test_prometheus_sees_a_rank_alive_but_stuck_and_the_job_ends_naming_its_fram
     stuck, waiting = ((run_dir / "debug" / f"rank-{rank}.txt").read_text() for rank in (1, 0))
     print(stuck)
     assert "in a guarded block: no" in stuck and "in maybe_fault\n    time.sleep(" in stuck, stuck
-    assert "in a guarded block: averaging the metrics" in waiting, waiting
+    assert "in a guarded block: averaging the metrics after step 300" in waiting, waiting
     assert "averaging the metrics  STILL IN IT after 3" in waiting and "MB allreduced" in waiting, waiting
 
 

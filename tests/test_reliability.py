@@ -254,6 +254,27 @@ def test_a_stopped_worker_ends_every_rank_within_the_collective_timeout(tmp_path
     assert_checkpoint_readable(run_dir, 40)
 
 
+def test_ranks_waiting_in_different_collectives_are_each_named_with_their_step(tmp_path):
+    """Rank 1 enters an allreduce after step 50 that rank 0 never enters (as code whose ranks branch apart does)
+    while rank 0 waits in the metrics' allreduce: after the timeout the line names each rank's collective and
+    step, and debug/ holds both ranks' dumps."""
+    run_dir = tmp_path / "run"
+    timeout = 15
+    proc = run_trainer("gloo", 2, *RUN, "--steps", "100000", "--collective-timeout", str(timeout),
+                       "--output-dir", str(run_dir), check=False,
+                       extra_env={"HVD_MNIST_FAULT": "step:rank=1:step=50:collective"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    lines = error_lines(proc)
+    assert lines, proc.stderr[-3000:]
+    assert f"no progress for {timeout} s (" in lines[0] and "each in a different collective: rank 0 in averaging " \
+        "the metrics after step 50, rank 1 in an allreduce no other rank enters (HVD_MNIST_FAULT) after step 50 " \
+        "(a collective that not every rank entered)" in lines[0], lines
+    assert f"stacks in {run_dir}/debug/" in lines[0]
+    assert sorted(path.name for path in (run_dir / "debug").iterdir()) == ["rank-0.txt", "rank-1.txt"]
+    dump = (run_dir / "debug" / "rank-1.txt").read_text()
+    assert "an allreduce no other rank enters (HVD_MNIST_FAULT)  STILL IN IT after" in dump, dump
+
+
 def test_resume_skips_a_damaged_newest_checkpoint(tmp_path):
     """Bytes flipped in the newest checkpoint's data: --resume names it, resumes from the one before, finishes."""
     run_dir = tmp_path / "run"

@@ -1,11 +1,13 @@
 """Fault injection for the reliability tests:
-HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>][:once=<file>].
+HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective][:once=<file>].
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
 up, or SIGSTOP for a process that hangs without dying; `raise` instead raises an exception hvd_mnist does
 not expect, as a bug would; `sleep` blocks the main thread for <s> seconds outside any collective while the
-process lives on (its heartbeats too): alive but stuck, as in a deadlock or a read that never returns. With
+process lives on (its heartbeats too): alive but stuck, as in a deadlock or a read that never returns;
+`collective` enters an allreduce that no other rank enters, and waits in it, as code whose ranks take different
+branches does. With
 `once`, the first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 ENV_VAR = "HVD_MNIST_FAULT"
 
@@ -34,8 +37,9 @@ def planned_step(point: str, rank: int) -> int | None:
     return want_step if want_point == point and want_rank in (None, rank) else None
 
 
-def maybe_fault(point: str, rank: int, step: int) -> None:
-    """Signal this process (or raise) if HVD_MNIST_FAULT names this point, rank (or any rank) and step."""
+def maybe_fault(point: str, rank: int, step: int, lone_collective: Callable[[], None]) -> None:
+    """Signal this process (or raise, sleep, or call `lone_collective`) if HVD_MNIST_FAULT names this point, rank
+    (or any rank) and step."""
     if planned_step(point, rank) != step:
         return
     values = _parse(os.environ[ENV_VAR])[3]
@@ -48,5 +52,8 @@ def maybe_fault(point: str, rank: int, step: int) -> None:
         raise ZeroDivisionError(f"{ENV_VAR}: injected failure at step {step}")
     if "sleep" in values:
         time.sleep(float(values["sleep"]))
+        return
+    if "collective" in values:
+        lone_collective()
         return
     os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])

@@ -388,8 +388,15 @@ def describe(known: dict) -> str | None:
 
 def stuck_phrase(stuck: dict) -> str:
     """Ranks that answer but do not progress: those outside any collective are the likely cause; if every one
-    waits in a collective, the job waits on itself (a collective that some rank never entered the same way)."""
+    waits in a collective, the job waits on itself: in different ones, each is named (a collective that the
+    ranks did not all enter, the classic hang of data-parallel code)."""
     outside = {rank: place for rank, place in stuck.items() if not place.get("waiting_in")}
+    blocks = {place.get("waiting_in") for place in stuck.values()}
+    if not outside and len(blocks) > 1:
+        seconds = max(place["since_progress"] for place in stuck.values())
+        each = ", ".join(f"rank {rank} in {stuck[rank]['waiting_in']}" for rank in sorted(stuck, key=int))
+        return (f"rank(s) {_ranks(stuck)} alive but stuck for {seconds} s, each in a different collective: {each} "
+                "(a collective that not every rank entered)")
     named = outside or stuck
     rank, place = max(named.items(), key=lambda item: item[1]["since_progress"])
     where = f"in {place.get('frame') or 'an unknown frame'}"

@@ -152,4 +152,8 @@ class Supervisor:
 
     def fault(self, point: str, step: int) -> None:
         """Inject the planned fault if it is due here (a real signal to this process, or an exception)."""
-        faults.maybe_fault(point, self.world.rank, step)
+        faults.maybe_fault(point, self.world.rank, step, lambda: self._lone_collective(step))
+
+    def _lone_collective(self, step: int) -> None:
+        with self.guarded(step, "an allreduce no other rank enters (HVD_MNIST_FAULT)"):
+            hvd.allreduce(tf.zeros([1]), name="hvd_mnist_fault_lone")

@@ -69,9 +69,9 @@ class Whereabouts:
             passage.left = time.time()
 
     def waiting_in(self) -> str | None:
-        """The guarded block the main thread is in now, or None."""
+        """The guarded block the main thread is in now ('averaging the metrics after step 300'), or None."""
         last = self._record[-1] if self._record else None
-        return last.what if last is not None and last.left is None else None
+        return f"{last.what} after step {last.step}" if last is not None and last.left is None else None
 
     def report(self) -> dict[str, object]:
         """For a heartbeat: seconds since progress, the block waited in (or None), the main thread's frame."""
