@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return plot_main(argv[1:])
     if argv[:1] == ["debug"]:
-        from hvd_mnist.runtime.dumps import main as debug_main
+        from hvd_mnist.debug import main as debug_main
 
         return debug_main(argv[1:])
     try:

@@ -1,5 +1,6 @@
 """Fault injection for the reliability tests:
-HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective][:once=<file>].
+HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective][:once=<file>], or
+HVD_MNIST_FAULT=slow:rank=<r>:delay=<s>.
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
@@ -7,8 +8,9 @@ up, or SIGSTOP for a process that hangs without dying; `raise` instead raises an
 not expect, as a bug would; `sleep` blocks the main thread for <s> seconds outside any collective while the
 process lives on (its heartbeats too): alive but stuck, as in a deadlock or a read that never returns;
 `collective` enters an allreduce that no other rank enters, and waits in it, as code whose ranks take different
-branches does. With
-`once`, the first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
+branches does. With `once`, the first process to fire creates <file> and later ones (say, a restarted elastic
+worker) do not fire.
+`slow` makes every step of rank <r> <s> seconds longer, inside its compiled step: a straggler.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
     point, *fields = spec.split(":")
     values = dict(field.split("=", 1) if "=" in field else (field, "") for field in fields)  # `raise`: a flag
     rank = int(values["rank"]) if "rank" in values else None
-    return point, rank, int(values["step"]), values
+    return point, rank, int(values.get("step", -1)), values
 
 
 def planned_step(point: str, rank: int) -> int | None:
@@ -35,6 +37,15 @@ def planned_step(point: str, rank: int) -> int | None:
         return None
     want_point, want_rank, want_step, _ = _parse(spec)
     return want_step if want_point == point and want_rank in (None, rank) else None
+
+
+def planned_delay(rank: int) -> float:
+    """Seconds that HVD_MNIST_FAULT=slow adds to each step of this rank (0 if none)."""
+    spec = os.environ.get(ENV_VAR)
+    if not spec:
+        return 0.0
+    point, want_rank, _, values = _parse(spec)
+    return float(values["delay"]) if point == "slow" and want_rank in (None, rank) else 0.0
 
 
 def maybe_fault(point: str, rank: int, step: int, lone_collective: Callable[[], None]) -> None:

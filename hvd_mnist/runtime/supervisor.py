@@ -16,7 +16,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
-from hvd_mnist.runtime import faults
+from hvd_mnist.runtime import faults, whereabouts
 from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
@@ -149,6 +149,16 @@ class Supervisor:
     def planned_fault(self, point: str) -> int | None:
         """The step at which a fault is injected at `point` on this rank (the reliability tests), or None."""
         return faults.planned_step(point, self.world.rank)
+
+    @property
+    def recording(self) -> bool:
+        """The flight recorder is on (HVD_MNIST_FLIGHT_RECORDER): each step's allreduce is timed too."""
+        return whereabouts.RECORDING
+
+    @staticmethod
+    def planned_delay(rank: int) -> float:
+        """Seconds of planned slowness in each of `rank`'s steps (HVD_MNIST_FAULT=slow:...; the straggler tests)."""
+        return faults.planned_delay(rank)
 
     def fault(self, point: str, step: int) -> None:
         """Inject the planned fault if it is due here (a real signal to this process, or an exception)."""

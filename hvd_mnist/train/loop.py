@@ -26,6 +26,7 @@ from hvd_mnist.train.checkpointing import Checkpoints
 from hvd_mnist.train.export import export_checkpoint, export_model
 from hvd_mnist.train.replica import Evaluation, Replica
 from hvd_mnist.train.reporting import Listener, Reporter, Throughput, configure_logging, reporting
+from hvd_mnist.train.stragglers import Pace, Stragglers
 
 log = logging.getLogger("hvd_mnist")
 
@@ -55,13 +56,15 @@ class TrainingLoop:
         self.run_dir = run_dir
         self.data = data
         self.supervisor = supervisor
-        self.replica = Replica(config, world.size)
+        self.replica = Replica(config, world.size, supervisor.planned_delay(world.rank), timed=supervisor.recording)
         self.checkpoints = Checkpoints(run_dir.checkpoints, run_dir.best_checkpoints, config.keep_checkpoints,
                                        **self.replica.trackables())
         self.reporter = Reporter(None, enabled=False)
         self.listeners: list[Listener] | None = None  # Prometheus and MLflow, once started (rank 0)
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
         self.evaluation_seconds = 0.0  # spent validating while training: the benchmark's phases part it out
+        self.pace = Pace()  # this rank's compute and allreduce wait per step, for finding stragglers
+        self.stragglers = Stragglers()
 
     # --- the story ---------------------------------------------------------------------------------------------
 
@@ -122,10 +125,13 @@ class TrainingLoop:
             # The first call runs one step, so that its time (mostly tracing) is a phase of its own.
             count = 1 if step == start_step else cadence.next_pause(step) - step
             nbytes = replica.allreduced_bytes and replica.allreduced_bytes * count
+            self.pace.start()
             with supervisor.guarded(step, "training", nbytes):
                 metrics = replica.train_steps(batches, count)
             if step == start_step:
                 phase_done("first_call")
+            else:
+                self.pace.add(int(metrics["steps"]), float(metrics["allreduce_seconds"]))
             step += int(metrics["steps"])
             supervisor.progress(step)
             throughput.tick(int(metrics["steps"]))
@@ -179,7 +185,8 @@ class TrainingLoop:
         """Average loss, accuracy and stop votes over the ranks, log and summarize; returns the averaged loss and
         whether any rank asked to stop."""
         with self.supervisor.guarded(step, "averaging the metrics"):
-            means = self.replica.average_over_ranks(metrics["loss"], metrics["accuracy"], self.supervisor.stop_vote)
+            means = self.replica.average_over_ranks(metrics["loss"], metrics["accuracy"], self.supervisor.stop_vote,
+                                                    self.pace.per_step())
         lr = float(metrics["lr"])
         if not math.isfinite(means.loss):
             raise RunEnded(f"training diverged: loss {means.loss} at step {step}; all ranks stopped"
@@ -189,7 +196,15 @@ class TrainingLoop:
             log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
                      step, self.config.steps, means.loss, means.accuracy, lr, examples_per_sec, sec_per_batch)
             self.reporter.event("train", step=step, loss=means.loss, accuracy=means.accuracy, lr=lr,
-                                examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch)
+                                examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch,
+                                rank_compute_ms=[round(compute * 1e3, 3) for compute, _ in means.paces],
+                                rank_allreduce_wait_ms=[round(wait * 1e3, 3) for _, wait in means.paces])
+            if self.pace.full:
+                self.pace.reset()
+                straggler = self.stragglers.observe(means.paces)
+                if straggler and self.world.is_chief:
+                    log.warning("%s", straggler)
+                    self.reporter.event("straggler", step=step, message=straggler)
         if Action.SUMMARY in due:
             self.reporter.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
         return means.loss, means.stop_votes > 0

@@ -1,5 +1,6 @@
 """Watching a run from outside: rank 0 serves Prometheus metrics (--metrics-port), the training figures it
-reports and, read at each scrape, every rank's last step and how long since it was last heard."""
+reports, each rank's compute and allreduce wait per step, and, read at each scrape, every rank's last step and
+how long since it was last heard and last progressed."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ HELP = {
     "learning_rate": "learning rate of the last step",
     "examples_per_second": "training examples per second over all ranks",
 }
+PER_RANK = {  # the train event's per-rank lists, in ms -> the gauge (in seconds) each sets by rank
+    "rank_compute_ms": ("rank_compute_seconds", "each rank's own compute per step (the step less its allreduce "
+                                                "wait): a straggler's stands out"),
+    "rank_allreduce_wait_ms": ("rank_allreduce_wait_seconds", "each rank's time per step in the gradient "
+                                                              "allreduce, mostly waiting for the slowest rank"),
+}
 
 
 class PrometheusMetrics:
@@ -39,6 +46,8 @@ class PrometheusMetrics:
     def __init__(self, address: str, port: int, liveness: Liveness) -> None:
         self.registry = CollectorRegistry()
         self._gauges = {name: Gauge(f"hvd_mnist_{name}", text, registry=self.registry) for name, text in HELP.items()}
+        self._per_rank = {field: Gauge(f"hvd_mnist_{name}", text, ["rank"], registry=self.registry)
+                          for field, (name, text) in PER_RANK.items()}
         self.registry.register(_LivenessCollector(liveness))
         try:  # a daemon thread: serves until the process ends
             self.endpoint = MetricsEndpoint(address, port, lambda: generate_latest(self.registry))
@@ -50,6 +59,11 @@ class PrometheusMetrics:
         for field, gauge in GAUGES.get(kind, {}).items():
             if fields.get(field) is not None:
                 self._gauges[gauge].set(fields[field])
+        for field, gauge in self._per_rank.items():
+            if kind == "train" and fields.get(field):
+                gauge.clear()  # an elastic world may have shrunk
+                for rank, milliseconds in enumerate(fields[field]):
+                    gauge.labels(str(rank)).set(milliseconds / 1e3)
 
 
 class _LivenessCollector(Collector):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import horovod.tensorflow as hvd
+import numpy as np
 import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
@@ -31,19 +33,25 @@ class Evaluation:
 
 
 class RankMeans(NamedTuple):
-    """A reporting step's figures averaged over the ranks; stop_votes > 0 if any rank was asked to stop."""
+    """A reporting step's figures averaged over the ranks; stop_votes > 0 if any rank was asked to stop; and
+    each rank's own pace: (compute, allreduce wait) in seconds per step, by rank."""
 
     loss: float
     accuracy: float
     stop_votes: float
+    paces: list[tuple[float, float]]
 
 
 class Replica:
     """Everything that is trained, checkpointed and kept equal across ranks, and the compiled steps on it."""
 
-    def __init__(self, config: TrainConfig, world_size: int) -> None:
+    def __init__(self, config: TrainConfig, world_size: int, step_delay: float = 0.0, timed: bool = True) -> None:
+        """`step_delay`: seconds of planned slowness in every step's compute on this rank (the straggler tests);
+        `timed`: each step's allreduce is timed (the flight recorder, on unless HVD_MNIST_FLIGHT_RECORDER=0)."""
         tf.random.set_seed(config.seed)
         self.config = config
+        self.step_delay = step_delay
+        self.timed = timed
         self.model = build_model(config.model, config.mixed_precision, config.seed)
         # Static loss scaling keeps float16 gradients from underflowing; 1 (a no-op) in float32.
         self.loss_scale = config.loss_scale if config.mixed_precision else 1.0
@@ -123,8 +131,10 @@ class Replica:
         def more(steps: tf.Tensor, metrics: dict[str, tf.Tensor]) -> tf.Tensor:
             return tf.logical_and(steps < count, metrics["finite"])
 
-        def step(steps: tf.Tensor, _metrics: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-            return steps + 1, self._train_step(batches, across_ranks)
+        def step(steps: tf.Tensor, metrics: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+            result = self._train_step(batches, across_ranks)
+            waited = result["allreduce_seconds"] + metrics["allreduce_seconds"]  # summed over the call's steps
+            return steps + 1, {**result, "allreduce_seconds": waited}
 
         steps, metrics = tf.while_loop(more, step, (tf.constant(1, tf.int64), self._train_step(batches, across_ranks)))
         return {**metrics, "steps": steps}
@@ -133,9 +143,10 @@ class Replica:
         """One synchronous SGD update: this rank's gradients averaged over `micro_batches` batches, then
         averaged over the ranks in the step's only collective.
 
-        Returns this rank's mean loss and accuracy, the LR used, the averaged gradients, and `finite`:
-        whether every averaged gradient is finite, which is the same on every rank (a NaN anywhere spreads
-        through the average), so all ranks can stop at the same step without another collective.
+        Returns this rank's mean loss and accuracy, the LR used, the averaged gradients, the seconds this rank
+        spent in the allreduce (waiting for its peers, mostly), and `finite`: whether every averaged gradient is
+        finite, which is the same on every rank (a NaN anywhere spreads through the average), so all ranks can
+        stop at the same step without another collective.
         """
         variables = list(self.model.trainable_variables)
         # 1/K and the loss scale are folded into the scalar loss, so the summed gradients need no pass of their
@@ -145,6 +156,10 @@ class Replica:
 
         def micro_batch() -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
             images, labels = next(batches)
+            if self.step_delay:
+                slowed = tf.numpy_function(lambda x: time.sleep(self.step_delay) or x, [images], images.dtype,
+                                           stateful=True)
+                images = tf.ensure_shape(slowed, images.shape)
             with tf.GradientTape() as tape:
                 logits = self.model(scale_pixels(images))
                 micro_loss = regularized_loss(self.model, logits, labels, self.config.l2)
@@ -163,15 +178,24 @@ class Replica:
         _, sums, loss, correct, seen = tf.while_loop(lambda done, *_: done < self.micro_batches, add_micro_batch,
                                                      start)
         grads = sums if self.loss_scale == 1.0 else [total / self.loss_scale for total in sums]
-        if across_ranks:
+        waited = tf.constant(0.0, tf.float64)
+        if across_ranks and not self.timed:
             grads = self._allreduce_mean(grads)
+        elif across_ranks:
+            with tf.control_dependencies(grads):
+                entered = tf.timestamp()
+            with tf.control_dependencies([entered]):
+                grads = self._allreduce_mean(grads)
+            with tf.control_dependencies(grads):
+                waited = tf.timestamp() - entered
         lr = self.learning_rate()
         self.sgd.apply_gradients(zip(grads, variables, strict=True))
         self.ema.update(variables, self.step)
         self.step.assign_add(1)
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
         accuracy = tf.cast(correct, tf.float32) / tf.cast(seen, tf.float32)
-        return {"loss": loss / count, "accuracy": accuracy, "lr": lr, "grads": grads, "finite": finite}
+        return {"loss": loss / count, "accuracy": accuracy, "lr": lr, "grads": grads, "finite": finite,
+                "allreduce_seconds": waited}
 
     def _allreduce_mean(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
         """Each gradient averaged over the ranks in one fused ring allreduce.
@@ -182,16 +206,18 @@ class Replica:
         """
         return hvd.grouped_allreduce(grads, op=hvd.Average, compression=self.compression)
 
-    def average_over_ranks(self, loss: tf.Tensor, accuracy: tf.Tensor, stop_vote: float) -> RankMeans:
-        """Loss, accuracy and stop votes averaged over the ranks in one small allreduce, on the steps that report."""
-        values = tf.stack([loss, accuracy, tf.constant(stop_vote, tf.float32)])
-        if self.plan.across_ranks:
-            values = self._allreduce_metrics(values)
-        return RankMeans(*values.numpy().tolist())
+    def average_over_ranks(self, loss: tf.Tensor, accuracy: tf.Tensor, stop_vote: float,
+                           pace: tuple[float, float]) -> RankMeans:
+        """Loss, accuracy and stop votes averaged over the ranks, and each rank's `pace` (compute and allreduce
+        wait per step), in one small allgather on the steps that report."""
+        values = tf.stack([loss, accuracy, tf.constant(stop_vote, tf.float32), *tf.constant(pace, tf.float32)])
+        rows = (self._allgather_metrics(values) if self.plan.across_ranks else values[None]).numpy()
+        means = rows[:, :3].astype(np.float64).mean(axis=0).tolist()
+        return RankMeans(*means, paces=[(float(compute), float(wait)) for compute, wait in rows[:, 3:]])
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
-    def _allreduce_metrics(self, values: tf.Tensor) -> tf.Tensor:
-        return hvd.allreduce(values, op=hvd.Average, name="step_metrics")
+    def _allgather_metrics(self, values: tf.Tensor) -> tf.Tensor:
+        return hvd.allgather(values[None], name="step_metrics")
 
     @tf.function(input_signature=[IMAGES_SPEC, LABELS_SPEC], reduce_retracing=True, autograph=False)
     def _eval_batch(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -55,6 +55,7 @@ class Config:
     read: Callable[[Path], dict[str, float]]
     per_batch: bool = True
     extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # set for its processes
 
 
 def plan_for(prefix: Path, test_prefix: Path | None = None, **settings: Any) -> Plan:
@@ -134,9 +135,11 @@ def read_trainer_metrics(run_dir: Path) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- the lists
 
-def hvd_mnist(key: str, label: str, launcher: str, np_: int, *extra_args: str) -> Config:
+def hvd_mnist(key: str, label: str, launcher: str, np_: int, *extra_args: str,
+              env: tuple[tuple[str, str], ...] = ()) -> Config:
     """hvd_mnist's own CLI under a launcher, read from its metrics.jsonl."""
-    return Config(key, label, "hvd_mnist", launcher, np_, trainer_args, read_trainer_metrics, extra_args=extra_args)
+    return Config(key, label, "hvd_mnist", launcher, np_, trainer_args, read_trainer_metrics, extra_args=extra_args,
+                  env=env)
 
 
 def peer(key: str, label: str, launcher: str, script: str) -> Config:
@@ -160,6 +163,9 @@ def cpu_configs() -> list[Config]:
         hvd_mnist("hvd_np1", "hvd_mnist np=1 (horovodrun --gloo)", "gloo", 1),
         hvd_mnist("hvd_np1_1core", "hvd_mnist np=1 on 1 core", "one-core", 1),
         hvd_mnist("hvd_np2_gloo", "hvd_mnist np=2 (horovodrun --gloo)", "gloo", 2),
+        # The flight recorder's cost: the same, with it off (docs/monitoring.md).
+        hvd_mnist("hvd_np2_gloo_unrecorded", "hvd_mnist np=2 (gloo), recorder off", "gloo", 2,
+                  env=(("HVD_MNIST_FLIGHT_RECORDER", "0"),)),
         hvd_mnist("hvd_np2_mpirun", "hvd_mnist np=2 (mpirun)", "mpirun", 2),
         peer("peer_mwms", "peer: TF MultiWorkerMirrored np=2", "local", "mwms.py"),
         peer("peer_hvd_example", "peer: Horovod TF2 example np=2", "gloo", "hvd_example.py"),

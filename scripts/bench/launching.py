@@ -73,9 +73,10 @@ def gpu_present() -> bool:
 
 
 def launch(launcher: str, np_: int, argv: list[str], run_dir: Path, *, timeout: int, isolate: bool = False,
-           gpu: bool = False) -> float:
-    """Run `python ARGV` on np_ ranks to completion within `timeout` seconds, its output in run_dir/log.txt, in a
-    loopback-only network namespace when `isolate` and there is more than one rank; its wall seconds."""
+           gpu: bool = False, env: dict[str, str] | None = None) -> float:
+    """Run `python ARGV` on np_ ranks to completion within `timeout` seconds, with `env` added to the
+    environment, its output in run_dir/log.txt, in a loopback-only network namespace when `isolate` and there is
+    more than one rank; its wall seconds."""
     command = [*launcher_prefix(launcher, np_), sys.executable, *argv]
     if isolate and np_ > 1:
         command = [*NETNS_PREFIX, *command]
@@ -83,8 +84,8 @@ def launch(launcher: str, np_: int, argv: list[str], run_dir: Path, *, timeout: 
     log_path = run_dir / "log.txt"
     start = time.perf_counter()
     with log_path.open("w") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=launcher_env(gpu, gloo_loopback=True), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=ROOT, env={**launcher_env(gpu, gloo_loopback=True), **(env or {})},
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

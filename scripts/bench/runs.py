@@ -47,7 +47,7 @@ def run_config(plan: Plan, config: Config, batch: int, run_dir: Path) -> dict:
     record = {"config": config.key, "batch_size": batch if config.per_batch else None, "launched_at": time.time()}
     try:
         record["wall_s"] = launch(config.launcher, config.np_, argv, run_dir, timeout=plan.timeout,
-                                  isolate=plan.isolate, gpu=plan.gpu)
+                                  isolate=plan.isolate, gpu=plan.gpu, env=dict(config.env))
         record["figures"] = config.read(run_dir)
     except (BenchmarkError, OSError, ValueError, KeyError) as err:
         record["error"] = str(err)

@@ -83,6 +83,9 @@ def derive(summary: Summary, configs: list[Config], batches: list[int]) -> dict[
             "step_time_vs_floor": {key: ratio(median(summary, key, batch, "sec_per_batch"), floor_step)
                                    for key in training},
             "pipeline_vs_training_per_rank": ratio(median(summary, "pipeline", batch), training_per_rank),
+            # The flight recorder's cost: np=2 Gloo's step time with it on against off (1.0: free).
+            "flight_recorder_step_time": ratio(median(summary, "hvd_np2_gloo", batch, "sec_per_batch"),
+                                               median(summary, "hvd_np2_gloo_unrecorded", batch, "sec_per_batch")),
         }
     return derived
 
@@ -102,6 +105,9 @@ def targets(summary: Summary, derived: dict[int, dict], configs: list[Config], b
             goal = 0.90 if batch >= 1000 else 0.80
             result[f"{key}_true_efficiency_{goal:.2f}_b{batch}"] = {
                 "met": None if efficiency is None else efficiency >= goal, "efficiency": efficiency}
+        recorder = derived[batch]["flight_recorder_step_time"]
+        result[f"flight_recorder_within_3pct_b{batch}"] = {"met": None if recorder is None else recorder <= 1.03,
+                                                          "ratio": recorder}
         pipeline = derived[batch]["pipeline_vs_training_per_rank"]
         result[f"pipeline_10x_training_b{batch}"] = {"met": None if pipeline is None else pipeline >= 10,
                                                     "ratio": pipeline}
