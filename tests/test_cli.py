@@ -1,7 +1,11 @@
 """The command line: --help, defaults, --classic, flag validation and one-line errors with a non-zero exit."""
 
+import contextlib
+import logging
+import os
 import re
 import subprocess
+import threading
 
 import pytest
 from helpers import BIN, run_cli
@@ -9,6 +13,7 @@ from helpers import BIN, run_cli
 from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
 from hvd_mnist.train.plan import BatchPlan
+from hvd_mnist.train.reporting import ConsoleHandler
 
 
 def test_defaults_learn_and_classic_restores_the_tower_script():
@@ -89,3 +94,30 @@ def test_tensorflow_is_imported_without_matplotlib_which_stays_importable():
              "import matplotlib.pyplot")
     result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_log_line_that_would_block_on_a_full_pipe_is_dropped_and_others_get_through():
+    """mpirun stops reading its ranks' output once told to end the job and passes the SIGTERM on only later: a
+    rank must not block on the full pipe, or it could never act on the signal."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)  # as a rank's stderr is: a write to the full pipe would wait forever
+    stream = os.fdopen(write_end, "w")
+    handler = ConsoleHandler(stream)
+    record = logging.LogRecord("hvd_mnist", logging.INFO, __file__, 1, "step %d", (10,), None)
+    emitting = threading.Thread(target=lambda: [handler.emit(record) for _ in range(100)], daemon=True)
+    emitting.start()
+    emitting.join(timeout=5)
+    assert not emitting.is_alive(), "a log line blocked on the full pipe"
+    os.set_blocking(read_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while os.read(read_end, 65536):  # the reader catches up: the pipe is empty again
+            pass
+    handler.emit(record)
+    stream.flush()
+    assert os.read(read_end, 100) == b"step 10\n"
+    stream.close()
+    os.close(read_end)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -122,13 +123,27 @@ class Throughput:
         return self.global_batch * steps / elapsed, elapsed / steps
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """stderr, except that a line which would block is dropped: mpirun stops reading its ranks' output once it
+    is told to end the job, then waits `odls_base_sigkill_timeout` before it passes the SIGTERM on, and a rank
+    blocked writing to the full pipe could not act on it (no stop, no checkpoint) before the SIGKILL."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            writable = bool(select.select([], [self.stream], [], 0)[1])
+        except (OSError, ValueError):  # not a file descriptor (a test's captured stream): it cannot block
+            writable = True
+        if writable:  # a pipe is writable with PIPE_BUF bytes free, and a log line is shorter: it cannot block
+            super().emit(record)
+
+
 def configure_logging(world: World) -> None:
     """Rank 0 logs progress; the other ranks log warnings and errors only, tagged with their rank.
 
     TensorFlow's own Python logger is held to errors, so the console shows the run, not the library.
     """
     tag = "" if world.is_chief else f"[rank {world.rank}] "
-    handler = logging.StreamHandler()
+    handler = ConsoleHandler()
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(message)s", datefmt="%H:%M:%S"))
     log.handlers[:] = [handler]
     log.propagate = False
