@@ -152,13 +152,15 @@ def test_prometheus_sees_a_rank_alive_but_stuck_and_the_job_ends_naming_its_fram
 
 
 def test_a_slow_rank_is_named_as_a_straggler_and_prometheus_serves_each_ranks_compute(tmp_path, prometheus):
-    """Rank 1's every step 5 ms longer (inside its compiled step): Prometheus reads each rank's compute per step,
-    rank 1's well above rank 0's, and rank 0 names rank 1 once, with both times, after five paces of 100 steps."""
+    """Rank 1's every step 10 ms longer (inside its compiled step): Prometheus reads each rank's compute per step,
+    rank 1's well above rank 0's, and rank 0 names rank 1 once, with both times, after five paces of 100 steps.
+    (5 ms was named at step 600 on an idle machine, but on a loaded one rank 0's own steps took 4-8 ms and one
+    pace came out at 1.49x: named at step 900.)"""
     run_dir = tmp_path / "run"
     port, prometheus_port = free_ports(2)
     command = trainer_command("gloo", 2, "--steps", "2000", "--log-every", "100", "--metrics-port", str(port),
                               "--output-dir", str(run_dir))
-    env = {**launcher_env(), "HVD_MNIST_FAULT": "slow:rank=1:delay=0.005"}
+    env = {**launcher_env(), "HVD_MNIST_FAULT": "slow:rank=1:delay=0.010"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         query = prometheus(port, prometheus_port)
@@ -170,14 +172,14 @@ def test_a_slow_rank_is_named_as_a_straggler_and_prometheus_serves_each_ranks_co
         proc.kill()
         proc.wait()
     assert proc.returncode == 0, output[-3000:]
-    assert compute["1"] > compute["0"] + 0.004 and waits["0"] > waits["1"], (compute, waits)  # rank 0 waits for 1
+    assert compute["1"] > compute["0"] + 0.005 and waits["0"] > waits["1"], (compute, waits)  # rank 0 waits for 1
     warnings = [line for line in output.splitlines() if "is a straggler" in line]
     assert len(warnings) == 1 and "rank 1 is a straggler: " in warnings[0], warnings
     assert re.search(r"straggler: \d+\.\d ms of compute per step against \d+\.\d ms on the others; the job runs at "
-                     r"its pace, [4-9]\.\d ms a step slower", warnings[0]), warnings
+                     r"its pace, \d+\.\d ms a step slower", warnings[0]), warnings
     print(warnings[0])
     (named,) = [event for event in read_metrics(run_dir) if event["event"] == "straggler"]
-    assert named["step"] <= 800 and named["message"] in warnings[0]
+    assert named["step"] <= 1000 and named["message"] in warnings[0]
 
 
 def test_a_metrics_port_in_use_is_one_line(tmp_path):

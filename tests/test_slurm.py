@@ -184,8 +184,8 @@ def test_a_node_that_dies_ends_the_job_with_one_line(slurm, tmp_path):
     try:
         slurm.kill_node(node2)
         died = re.compile(r"^hvd-mnist: error: collective failed after step \d+: rank\(s\) 1 died \(their "
-                          r"connection closed\); last good checkpoint: runs/slurm-\d+/checkpoints/ckpt-\d+; "
-                          r"rerun with --resume$", re.M)
+                          r"connection closed\); stacks in runs/slurm-\d+/debug/; last good checkpoint: "
+                          r"runs/slurm-\d+/checkpoints/ckpt-\d+; rerun with --resume$", re.M)
         wait_for(lambda: died.search(job.log()), 60, "the one-line error on node1")
         wait_for(lambda: not slurm.processes_on(node1), KILL_WAIT_S + 30, "the job's processes to end on node1")
     finally:
