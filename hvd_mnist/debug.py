@@ -4,30 +4,13 @@ RUN_DIR/debug/, without stopping it (runtime/dumps.py is rank 0's side)."""
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 import sys
 import time
 from pathlib import Path
 
-from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.rundir import RunDir, in_use
 
 ANSWER_WAIT_S = 30.0  # how long to wait for rank 0 to write the dumps
-
-
-def running(run_dir: RunDir) -> bool:
-    """A job holds the run directory's lock (runtime.rundir.claim) now."""
-    try:
-        fd = os.open(run_dir.lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +21,7 @@ def main(argv: list[str]) -> int:
                         help="how long to wait for rank 0's answer (default: %(default)s)")
     args = parser.parse_args(argv)
     run_dir = RunDir(args.run_dir)
-    if not running(run_dir):
+    if not in_use(run_dir):
         print(f"hvd-mnist debug: error: no job is running in {run_dir} (nothing holds its lock); a job that "
               f"failed or stalled left its dumps in {run_dir.debug}/", file=sys.stderr)
         return 1

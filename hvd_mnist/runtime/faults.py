@@ -30,30 +30,34 @@ def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
     return point, rank, int(values.get("step", -1)), values
 
 
-def planned_step(point: str, rank: int) -> int | None:
-    """The step at which HVD_MNIST_FAULT strikes this rank at `point`, or None (the training loop stops there)."""
+def _planned(point: str, rank: int) -> tuple[int, dict[str, str]] | None:
+    """(step, fields) of the fault HVD_MNIST_FAULT plans for this rank at `point`, or None."""
     spec = os.environ.get(ENV_VAR)
     if not spec:
         return None
-    want_point, want_rank, want_step, _ = _parse(spec)
-    return want_step if want_point == point and want_rank in (None, rank) else None
+    want_point, want_rank, want_step, values = _parse(spec)
+    return (want_step, values) if want_point == point and want_rank in (None, rank) else None
+
+
+def planned_step(point: str, rank: int) -> int | None:
+    """The step at which HVD_MNIST_FAULT strikes this rank at `point`, or None (the training loop stops there)."""
+    planned = _planned(point, rank)
+    return planned[0] if planned else None
 
 
 def planned_delay(rank: int) -> float:
     """Seconds that HVD_MNIST_FAULT=slow adds to each step of this rank (0 if none)."""
-    spec = os.environ.get(ENV_VAR)
-    if not spec:
-        return 0.0
-    point, want_rank, _, values = _parse(spec)
-    return float(values["delay"]) if point == "slow" and want_rank in (None, rank) else 0.0
+    planned = _planned("slow", rank)
+    return float(planned[1]["delay"]) if planned else 0.0
 
 
 def maybe_fault(point: str, rank: int, step: int, lone_collective: Callable[[], None]) -> None:
     """Signal this process (or raise, sleep, or call `lone_collective`) if HVD_MNIST_FAULT names this point, rank
     (or any rank) and step."""
-    if planned_step(point, rank) != step:
+    planned = _planned(point, rank)
+    if planned is None or planned[0] != step:
         return
-    values = _parse(os.environ[ENV_VAR])[3]
+    values = planned[1]
     if "once" in values:
         try:
             os.close(os.open(values["once"], os.O_CREAT | os.O_EXCL))

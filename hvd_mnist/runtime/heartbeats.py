@@ -153,6 +153,10 @@ class _PeerState:
     closed: bool = False
     finished: bool = False  # said goodbye: it ended normally, its closed connection is no death
 
+    def progress_age(self, now: float) -> float:
+        """Seconds since its main thread last progressed, as of its last heartbeat plus the time since."""
+        return self.where.get("since_progress", 0.0) + now - self.last_heard
+
 
 class ChiefHeartbeats(Heartbeats):
     """Rank 0: listens, hears every other rank, and answers each heartbeat with what it knows."""
@@ -262,10 +266,11 @@ class ChiefHeartbeats(Heartbeats):
             silent = {rank: round(now - peer.last_heard) for rank, peer in self._peers.items()
                       if not peer.closed and not peer.finished and now - peer.last_heard > SILENT_AFTER_S}
             processes = {rank: self._peers[rank].process for rank in silent}
-            places = {rank: {**peer.where, "since_progress": peer.where["since_progress"] + now - peer.last_heard}
+            places = {rank: {**peer.where, "since_progress": peer.progress_age(now)}
                       for rank, peer in self._peers.items()
                       if "since_progress" in peer.where and rank not in silent and not peer.closed}
-        places[self.rank] = self.whereabouts.report()
+        if self.whereabouts.since_progress() > STUCK_AFTER_S:  # its frame costs a stack walk: only when it counts
+            places[self.rank] = self.whereabouts.report()
         stuck = {rank: {**place, "since_progress": round(place["since_progress"])} for rank, place in places.items()
                  if place["since_progress"] > STUCK_AFTER_S}
         return {"died": died, "silent": silent, "processes": processes, "stuck": stuck, "error": self._error,
@@ -274,8 +279,7 @@ class ChiefHeartbeats(Heartbeats):
     def ranks(self) -> dict[int, RankLiveness]:
         now = time.monotonic()
         with self._lock:
-            heard = {rank: RankLiveness(peer.step, now - peer.last_heard,
-                                        peer.where.get("since_progress", 0.0) + now - peer.last_heard)
+            heard = {rank: RankLiveness(peer.step, now - peer.last_heard, peer.progress_age(now))
                      for rank, peer in self._peers.items()}
         return {**super().ranks(), **heard}
 

@@ -198,3 +198,18 @@ def claim(run_dir: RunDir, wait_s: float = 0.0) -> None:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{socket.gethostname()}, pid {os.getpid()}".encode(), 0)
     _claimed[key] = fd
+
+
+def in_use(run_dir: RunDir) -> bool:
+    """A run holds the directory's lock (claim) now: `hvd-mnist debug` asks only a job that is running."""
+    try:
+        fd = os.open(run_dir.lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

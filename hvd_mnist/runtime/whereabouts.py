@@ -7,6 +7,7 @@ dump (all threads' stacks and the record) is what a rank writes or sends when a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sys
@@ -116,6 +117,7 @@ def main_thread_frame(ident: int | None) -> str | None:
     return f"{shown}:{frame.f_lineno} {frame.f_code.co_name}"
 
 
+@functools.cache  # a heartbeat walks the stack every second; its files are few
 def _of_interest(filename: str) -> bool:
     path = str(Path(filename).resolve())
     if path.startswith(str(PACKAGE)):

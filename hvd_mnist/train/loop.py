@@ -120,13 +120,13 @@ class TrainingLoop:
                                      config.seed, shuffle=config.shuffle,
                                      start_step=start_step * replica.plan.micro_batches))
         throughput = Throughput(replica.plan.global_batch)
+        step_bytes = replica.allreduced_bytes  # for the flight record
         step, loss = start_step, math.nan
         while step < config.steps:
             # The first call runs one step, so that its time (mostly tracing) is a phase of its own.
             count = 1 if step == start_step else cadence.next_pause(step) - step
-            nbytes = replica.allreduced_bytes and replica.allreduced_bytes * count
             self.pace.start()
-            with supervisor.guarded(step, "training", nbytes):
+            with supervisor.guarded(step, "training", step_bytes and step_bytes * count):
                 metrics = replica.train_steps(batches, count)
             if step == start_step:
                 phase_done("first_call")

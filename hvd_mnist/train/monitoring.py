@@ -59,8 +59,8 @@ class PrometheusMetrics:
         for field, gauge in GAUGES.get(kind, {}).items():
             if fields.get(field) is not None:
                 self._gauges[gauge].set(fields[field])
-        for field, gauge in self._per_rank.items():
-            if kind == "train" and fields.get(field):
+        for field, gauge in self._per_rank.items() if kind == "train" else ():
+            if fields.get(field):
                 gauge.clear()  # an elastic world may have shrunk
                 for rank, milliseconds in enumerate(fields[field]):
                     gauge.labels(str(rank)).set(milliseconds / 1e3)

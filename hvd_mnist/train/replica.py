@@ -179,16 +179,16 @@ class Replica:
                                                      start)
         grads = sums if self.loss_scale == 1.0 else [total / self.loss_scale for total in sums]
         waited = tf.constant(0.0, tf.float64)
-        if across_ranks and not self.timed:
-            grads = self._allreduce_mean(grads)
-        elif across_ranks:
-            # The allreduce does not wait for the first timestamp: that dependency cost 1.3% at batch 100
-            # (history.md, 2026-12-05). Both run once every gradient is ready.
-            with tf.control_dependencies(grads):
-                entered = tf.timestamp()
-            grads = self._allreduce_mean(grads)
-            with tf.control_dependencies(grads):
-                waited = tf.timestamp() - entered
+        if across_ranks:
+            reduced = self._allreduce_mean(grads)
+            if self.timed:
+                # From every gradient ready to every average ready. The allreduce does not wait for the first
+                # timestamp: that dependency cost 1.3% at batch 100 (history.md, 2026-12-05).
+                with tf.control_dependencies(grads):
+                    entered = tf.timestamp()
+                with tf.control_dependencies(reduced):
+                    waited = tf.timestamp() - entered
+            grads = reduced
         lr = self.learning_rate()
         self.sgd.apply_gradients(zip(grads, variables, strict=True))
         self.ema.update(variables, self.step)
