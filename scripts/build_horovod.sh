@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with seven small patches: two that current
-# TensorFlow needs, two for a quiet console, one for a faster launch, two for faster steps. scripts/setup_env.sh
+# Build Horovod's wheel against the TensorFlow installed beside PYTHON, with eight small patches: two that current
+# TensorFlow needs, two for a quiet console, two for a faster launch, two for faster steps. scripts/setup_env.sh
 # and docker/Dockerfile (both flavors) call this, so the builds cannot drift apart.
 #
 #   build_horovod.sh PYTHON OUT_DIR      the HOROVOD_* build variables come from the environment
@@ -29,6 +29,8 @@
 # 7. horovod/tensorflow/mpi_ops.cc (GPU builds only): defines stream_executor::gpu::AsGpuStreamValue, which
 #    Horovod declares and TensorFlow 2.18+ no longer exports (its library then fails to load: "undefined symbol
 #    _ZN15stream_executor3gpu16AsGpuStreamValueEPNS_6StreamE"), from the Stream's own platform_specific_handle().
+# 8. horovod/tensorflow/__init__.py imports SyncBatchNormalization, a Keras layer, on first use instead of at every
+#    import: with it, a trainer that uses no Keras loads none (about 0.15 s of every rank's start-up, docs/benchmark.md).
 # Horovod 0.28.1's vendored flatbuffers and some of its headers do not compile with GCC 13 or newer (Debian
 # 13's default is GCC 14); where the default g++ is that new, the build uses g++-12 (CXX overrides).
 set -euo pipefail
@@ -88,6 +90,8 @@ patch_line third_party/gloo/gloo/transport/tcp/pair.cc "  if (!lock) {" \
   "  if (!lock) {\n    sched_yield();  // hvd_mnist: let the thread that holds this pair run, instead of polling again at once"
 patch_line horovod/tensorflow/mpi_ops.cc '#include "tensorflow/compiler/xla/stream_executor/stream.h"' \
   '#include "tensorflow/compiler/xla/stream_executor/stream.h"\nnamespace stream_executor {\nnamespace gpu {\n// hvd_mnist: TensorFlow 2.18+ no longer exports this; the Stream hands out its CUDA stream itself.\nGpuStreamHandle AsGpuStreamValue(Stream* stream) {\n  return static_cast<GpuStreamHandle>(stream->platform_specific_handle().stream);\n}\n} // namespace gpu\n} // namespace stream_executor'
+patch_line horovod/tensorflow/__init__.py "from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization" \
+  "def __getattr__(name):  # hvd_mnist: the Keras layer, and so Keras, imported on first use\n    if name == 'SyncBatchNormalization':\n        from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization\n        return SyncBatchNormalization\n    raise AttributeError('module {!r} has no attribute {!r}'.format(__name__, name))"
 patch_line horovod/runner/launch.py "    _run(args)" \
   "    try:\n        _run(args)\n    except RuntimeError as err:\n        sys.exit('horovodrun: error: ' + ' '.join(str(err).split()))"
 

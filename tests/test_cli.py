@@ -86,11 +86,15 @@ def test_no_flag_is_an_ambiguous_abbreviation_of_a_horovodrun_option():
         assert len({other for other in theirs if other.startswith(option) and other != option}) < 2, option
 
 
-def test_tensorflow_is_imported_without_matplotlib_which_stays_importable():
-    # Keras, loaded by TensorFlow, would import matplotlib.pyplot (0.45 s per rank) for helpers never called.
-    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly; "
+def test_tensorflow_and_horovod_are_imported_without_keras_or_matplotlib_which_stay_importable():
+    # TensorFlow loads Keras eagerly, Horovod's SyncBatchNormalization needed it (build_horovod.sh's patch 8), and
+    # Keras imports matplotlib.pyplot (0.45 s per rank): none of them is used by the built-in models.
+    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly, import_keras; "
              "import_tensorflow_quietly(); "
-             "assert 'tensorflow' in sys.modules and 'matplotlib' not in sys.modules, sorted(sys.modules); "
+             "assert 'horovod.tensorflow' in sys.modules, sorted(sys.modules); "
+             "assert not {'keras', 'matplotlib'} & set(sys.modules), sorted(sys.modules); "
+             "import_keras(); assert 'keras' in sys.modules and 'matplotlib' not in sys.modules; "
+             "import horovod.tensorflow as hvd; assert hvd.SyncBatchNormalization.__module__.startswith('horovod'); "
              "import matplotlib.pyplot")
     result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,4 +1,5 @@
-"""Process start-up and exit: import TensorFlow without its C++ start-up lines, time each phase, end quickly."""
+"""Process start-up and exit: MPI started beside TensorFlow's import, TensorFlow imported without its C++ start-up
+lines or Keras, each phase timed, a quick end."""
 
 from __future__ import annotations
 
@@ -8,15 +9,58 @@ import glob
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import IO, NoReturn
 
 from hvd_mnist.errors import RunEnded, first_line
 from hvd_mnist.runtime.process import seconds_since_start
 
+# What TensorFlow 2.21's __init__ imports to load all of Keras eagerly, and lets fail (import_tensorflow_quietly).
+KERAS_EAGER_LOAD = "keras.src.optimizers"
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
 LAUNCHER_PID = os.getppid()
+
+
+def launched_by_plain_mpirun() -> bool:
+    """True under `mpirun` (or `horovodrun --mpi`, or srun with PMI), false under `horovodrun --gloo` or a bare
+    `python`."""
+    mpi_env = any(key in os.environ for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    return mpi_env and os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") is None
+
+
+def import_mpi() -> ModuleType:
+    """mpi4py's MPI module, whose import initializes MPI. Open MPI is told to yield the core while it waits (unless
+    the user set it): its busy polling in Horovod's per-cycle coordination otherwise takes CPU from the compute
+    threads (docs/benchmark.md)."""
+    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    from mpi4py import MPI
+
+    return MPI
+
+
+_mpi_starting: threading.Thread | None = None
+
+
+def start_mpi_beside_import() -> None:
+    """Under plain mpirun, initialize MPI in a thread of its own while the main thread imports TensorFlow.
+
+    MPI_Init mostly waits, on the launcher and on every other rank (0.28 s of wall time here, 0.09 s of CPU):
+    beside the import that wait is hidden, and a rank whose import ends first no longer waits in it for the
+    others' (docs/benchmark.md). init_horovod's own import of mpi4py then finds MPI started, or waits for it.
+    """
+    global _mpi_starting
+    if _mpi_starting is not None or not launched_by_plain_mpirun():
+        return
+    _mpi_starting = threading.Thread(target=_start_mpi, name="mpi-init", daemon=True)
+    _mpi_starting.start()
+
+
+def _start_mpi() -> None:
+    with contextlib.suppress(Exception):  # raised again by init_horovod's import, and reported there
+        import_mpi()
 
 
 @contextlib.contextmanager
@@ -59,16 +103,20 @@ def gpus_quietly() -> list:
 
 
 def import_tensorflow_quietly() -> None:
-    """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back.
+    """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back, and without Keras.
 
     TensorFlow 2.21 logs through absl before any log level applies, so TF_CPP_MIN_LOG_LEVEL no longer hides
-    "oneDNN custom operations are on" and the absl banner, which every rank would print.
+    "oneDNN custom operations are on" and the absl banner, which every rank would print. Its `__init__` also
+    loads Keras 3 eagerly, in an import that it lets fail: held back, Keras (and, through it, matplotlib) is
+    loaded only by a model that is a Keras one (import_keras). Horovod built by scripts/build_horovod.sh no longer
+    needs Keras at import either (its patch 8); an unpatched one loads it, as before.
     """
     if "tensorflow" in sys.modules:
         return
     unusable = None
     with _native_stderr_held_back(), _hidden("matplotlib"):
-        import tensorflow
+        with _hidden(KERAS_EAGER_LOAD):
+            import tensorflow
 
         try:
             import horovod.tensorflow  # noqa: F401
@@ -76,6 +124,12 @@ def import_tensorflow_quietly() -> None:
             unusable = err  # raised below, once the native lines of the failed load are discarded
     if unusable is not None:
         raise RunEnded(horovod_unusable(unusable, tensorflow.__version__))
+
+
+def import_keras() -> None:
+    """Load Keras 3 for a model that is a Keras one, without matplotlib (see _hidden)."""
+    with _hidden("matplotlib"):
+        import keras  # noqa: F401
 
 
 def horovod_unusable(err: BaseException, tensorflow_version: str) -> str:
@@ -91,10 +145,10 @@ def horovod_unusable(err: BaseException, tensorflow_version: str) -> str:
 def _hidden(module: str) -> Iterator[None]:
     """Make `module` unimportable within the block, unless it is already loaded.
 
-    TensorFlow 2.21 loads all of Keras at import, and Keras loads matplotlib.pyplot if it is installed
-    (as it is with the benchmark's and `hvd-mnist plot`'s extras): a large share of each rank's import, for
-    plotting helpers nobody here calls (docs/benchmark.md). Keras takes an ImportError as "no matplotlib";
-    later imports work as usual.
+    Keras loads matplotlib.pyplot if it is installed (as it is with the benchmark's and `hvd-mnist plot`'s
+    extras): 0.45 s of a rank's start-up for plotting helpers nobody here calls (docs/benchmark.md). Keras takes
+    an ImportError as "no matplotlib", as TensorFlow takes one of KERAS_EAGER_LOAD as "no Keras"; later imports
+    work as usual.
     """
     if module in sys.modules:
         yield
@@ -117,7 +171,7 @@ def end_process(code: int) -> NoReturn:
     if "tensorflow" not in sys.modules:
         sys.exit(code)
     atexit._run_exitfuncs()  # what sys.exit would run first; os._exit skips the rest of the teardown
-    mpi = sys.modules.get("mpi4py.MPI")
+    mpi = None if _mpi_starting is not None and _mpi_starting.is_alive() else sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.Finalize()
     sys.stdout.flush()

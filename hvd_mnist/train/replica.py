@@ -125,7 +125,9 @@ class Replica:
         """`across_ranks` is traced once per value, so a world that grows from one rank starts averaging.
 
         The loops are tf.while_loop, not Python loops for AutoGraph: converting this code and Horovod's was
-        most of the first call's time (docs/benchmark.md).
+        most of the first call's time (docs/benchmark.md). The step is traced once, as the loop's body, from
+        zeros that are never returned (`count` is at least 1): a first step traced outside the loop doubled the
+        graph that the first call traces and optimizes.
         """
 
         def more(steps: tf.Tensor, metrics: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -136,7 +138,11 @@ class Replica:
             waited = result["allreduce_seconds"] + metrics["allreduce_seconds"]  # summed over the call's steps
             return steps + 1, {**result, "allreduce_seconds": waited}
 
-        steps, metrics = tf.while_loop(more, step, (tf.constant(1, tf.int64), self._train_step(batches, across_ranks)))
+        zero = tf.constant(0.0)
+        before = {"loss": zero, "accuracy": zero, "lr": zero, "finite": tf.constant(True),
+                  "grads": [tf.zeros_like(var) for var in self.model.trainable_variables],
+                  "allreduce_seconds": tf.constant(0.0, tf.float64)}
+        steps, metrics = tf.while_loop(more, step, (tf.constant(0, tf.int64), before))
         return {**metrics, "steps": steps}
 
     def _train_step(self, batches: tf.data.Iterator, across_ranks: bool) -> dict[str, tf.Tensor]:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS
 from hvd_mnist.errors import UserError
+from hvd_mnist.runtime.startup import import_keras
 from hvd_mnist.train.model import Classifier
 
 PROBE_BATCH = 2
@@ -40,6 +41,7 @@ class UserModel(Classifier):
 
     def __init__(self, spec: str, seed: int) -> None:
         super().__init__(name="user_model")
+        import_keras()  # before the user's module, which may import it: so it comes without matplotlib
         factory = load_factory(spec)
         # Keras 3 draws unseeded initial weights from its own generator: seeded here, a run and its rerun start
         # from the same weights (the ranks would agree anyway: rank 0's are broadcast).
