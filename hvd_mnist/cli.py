@@ -202,10 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         if print_config:
             print(config_file.to_toml(config), end="")
             return 0
-        from hvd_mnist.runtime.startup import import_tensorflow_quietly, phase_done, start_mpi_beside_import
+        from hvd_mnist.runtime.startup import import_tensorflow_quietly, phase_done
 
         phase_done("python_and_flags")
-        start_mpi_beside_import()
         import_tensorflow_quietly()  # seconds; only once the flags are known to be good
         phase_done("tensorflow_imported")
         from hvd_mnist.session import run_session

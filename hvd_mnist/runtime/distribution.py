@@ -15,7 +15,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime.startup import gpus_quietly, import_mpi, launched_by_plain_mpirun
+from hvd_mnist.runtime.startup import gpus_quietly
 
 
 @dataclass(frozen=True)
@@ -39,15 +39,25 @@ class World:
                                    local_size=hvd.local_size())
 
 
+def launched_by_plain_mpirun() -> bool:
+    """True under `mpirun` (or `horovodrun --mpi`), false under `horovodrun --gloo` or a bare `python`."""
+    mpi_env = any(key in os.environ for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    return mpi_env and os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") is None
+
+
 def init_horovod() -> str:
     """Start Horovod; under MPI hand it mpi4py's COMM_WORLD so both share one MPI communicator.
 
     Sharing COMM_WORLD lets code written with mpi4py (e.g. site-specific barriers or gathers)
-    run beside Horovod in the same job without a second MPI initialization. MPI itself was started beside
-    TensorFlow's import (startup.start_mpi_beside_import), or starts here.
+    run beside Horovod in the same job without a second MPI initialization. Open MPI is told to yield
+    the core while it waits (unless the user set it): its busy polling in Horovod's per-cycle
+    coordination otherwise takes CPU from the compute threads (docs/benchmark.md).
     """
     if launched_by_plain_mpirun() and hvd.mpi_built():
-        hvd.init(comm=import_mpi().COMM_WORLD)
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+        from mpi4py import MPI
+
+        hvd.init(comm=MPI.COMM_WORLD)
         return "mpi"
     hvd.init()
     return "mpi" if hvd.mpi_enabled() else "gloo"

@@ -1,5 +1,5 @@
-"""Process start-up and exit: MPI started beside TensorFlow's import, TensorFlow imported without its C++ start-up
-lines or Keras, each phase timed, a quick end."""
+"""Process start-up and exit: import TensorFlow without its C++ start-up lines or Keras, time each phase, end
+quickly."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import glob
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from types import ModuleType
 from typing import IO, NoReturn
 
 from hvd_mnist.errors import RunEnded, first_line
@@ -22,45 +20,6 @@ from hvd_mnist.runtime.process import seconds_since_start
 KERAS_EAGER_LOAD = "keras.src.optimizers"
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
 LAUNCHER_PID = os.getppid()
-
-
-def launched_by_plain_mpirun() -> bool:
-    """True under `mpirun` (or `horovodrun --mpi`, or srun with PMI), false under `horovodrun --gloo` or a bare
-    `python`."""
-    mpi_env = any(key in os.environ for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
-    return mpi_env and os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") is None
-
-
-def import_mpi() -> ModuleType:
-    """mpi4py's MPI module, whose import initializes MPI. Open MPI is told to yield the core while it waits (unless
-    the user set it): its busy polling in Horovod's per-cycle coordination otherwise takes CPU from the compute
-    threads (docs/benchmark.md)."""
-    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    from mpi4py import MPI
-
-    return MPI
-
-
-_mpi_starting: threading.Thread | None = None
-
-
-def start_mpi_beside_import() -> None:
-    """Under plain mpirun, initialize MPI in a thread of its own while the main thread imports TensorFlow.
-
-    MPI_Init mostly waits, on the launcher and on every other rank (0.28 s of wall time here, 0.09 s of CPU):
-    beside the import that wait is hidden, and a rank whose import ends first no longer waits in it for the
-    others' (docs/benchmark.md). init_horovod's own import of mpi4py then finds MPI started, or waits for it.
-    """
-    global _mpi_starting
-    if _mpi_starting is not None or not launched_by_plain_mpirun():
-        return
-    _mpi_starting = threading.Thread(target=_start_mpi, name="mpi-init", daemon=True)
-    _mpi_starting.start()
-
-
-def _start_mpi() -> None:
-    with contextlib.suppress(Exception):  # raised again by init_horovod's import, and reported there
-        import_mpi()
 
 
 @contextlib.contextmanager
@@ -171,7 +130,7 @@ def end_process(code: int) -> NoReturn:
     if "tensorflow" not in sys.modules:
         sys.exit(code)
     atexit._run_exitfuncs()  # what sys.exit would run first; os._exit skips the rest of the teardown
-    mpi = None if _mpi_starting is not None and _mpi_starting.is_alive() else sys.modules.get("mpi4py.MPI")
+    mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.Finalize()
     sys.stdout.flush()
