@@ -3,7 +3,7 @@
 import pytest
 
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.train.cadence import SYNC_EVERY, Cadence
+from hvd_mnist.train.cadence import MAX_SYNC_STEPS, SYNC_EVERY, SYNC_SECONDS, Cadence, sync_steps
 
 
 def due(cadence: Cadence, step: int) -> set[str]:
@@ -47,3 +47,15 @@ def test_no_call_runs_more_than_the_stop_agreement_interval():
     config = TrainConfig(steps=1000, log_every=500, summary_every=500, histogram_every=500, checkpoint_every=500)
     seen = pauses(Cadence.of(config))
     assert max(b - a for a, b in zip([0, *seen], seen, strict=False)) == SYNC_EVERY
+    seen = pauses(Cadence.of(config).paced(0.003))  # 3 ms a step: 83 would fit in SYNC_SECONDS, 50 is taken
+    assert max(b - a for a, b in zip([0, *seen], seen, strict=False)) == 50
+
+
+@pytest.mark.parametrize(("seconds_per_step", "steps"), [
+    (0.0, SYNC_EVERY), (float("nan"), SYNC_EVERY),  # pace not known yet
+    (SYNC_SECONDS / 83, 50), (SYNC_SECONDS / 20, 20), (SYNC_SECONDS / 19.9, 10), (SYNC_SECONDS / 3, 2),
+    (SYNC_SECONDS, 1), (10.0, 1),  # a step slower than the interval: agree after every step
+    (1e-6, MAX_SYNC_STEPS),
+])
+def test_the_stop_agreement_comes_about_every_sync_seconds_of_training(seconds_per_step, steps):
+    assert sync_steps(seconds_per_step) == steps

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hvd_mnist.config import TrainConfig
 
-# Steps between agreements on stop requests (a signal stops the run within this many steps); also the most
-# steps one compiled call runs.
+# The ranks agree on stop requests about every SYNC_SECONDS of training, so a signal stops the run that soon
+# whatever a step costs: every SYNC_EVERY steps until the ranks' pace is known, then every 1, 2 or 5 x 10^k steps
+# (up to MAX_SYNC_STEPS) that fit in SYNC_SECONDS at the slowest rank's pace. The interval is also the most steps
+# one compiled call runs; at 3 ms a step, agreeing every 10 steps cost 2% of the training (docs/benchmark.md).
 SYNC_EVERY = 10
+SYNC_SECONDS = 0.25
+MAX_SYNC_STEPS = 200
 
 
 class Action(enum.Enum):
@@ -65,8 +70,24 @@ class Cadence:
             actions |= self.at_end
         return frozenset(actions)
 
+    def paced(self, seconds_per_step: float) -> Cadence:
+        """The same cadence with the stop agreement every sync_steps(seconds_per_step) steps. The loop calls it
+        with what every rank got from the same collective, so every rank pauses at the same steps."""
+        return dataclasses.replace(self, periods={**self.periods, Action.SYNC: sync_steps(seconds_per_step)})
+
     def next_pause(self, step: int) -> int:
         """The first step after `step` at which something is due (never beyond the last step)."""
         candidates = [(step // every + 1) * every for every in self.periods.values()]
         candidates += [at for at in self.once.values() if at > step]
         return min(self.last_step, *candidates)
+
+
+def sync_steps(seconds_per_step: float) -> int:
+    """Steps between stop agreements at this pace: the largest of 1, 2, 5, 10, 20, 50, ... up to MAX_SYNC_STEPS
+    that fits in SYNC_SECONDS (a round number, so that the agreement falls on the steps where a log line or an
+    evaluation pauses anyway); SYNC_EVERY while the pace is unknown."""
+    if not seconds_per_step > 0:
+        return SYNC_EVERY
+    fits = SYNC_SECONDS / seconds_per_step
+    steps = [mantissa * 10**power for power in range(4) for mantissa in (1, 2, 5)]
+    return max([s for s in steps if s <= min(fits, MAX_SYNC_STEPS)], default=1)

@@ -145,7 +145,8 @@ class TrainingLoop:
                 supervisor.commit()
             stopping = False
             if due & REPORTED:
-                loss, stopping = self._report(step, due, metrics, throughput)
+                loss, stopping, slowest = self._report(step, due, metrics, throughput)
+                cadence = cadence.paced(slowest)
             if Action.HISTOGRAM in due:
                 self.reporter.histograms(step, replica.histograms(metrics["grads"]))
             reached = Action.EVAL in due and self._evaluate(step)
@@ -181,9 +182,9 @@ class TrainingLoop:
     # --- what is due at a pause ----------------------------------------------------------------------------------
 
     def _report(self, step: int, due: frozenset[Action], metrics: dict[str, tf.Tensor],
-                throughput: Throughput) -> tuple[float, bool]:
-        """Average loss, accuracy and stop votes over the ranks, log and summarize; returns the averaged loss and
-        whether any rank asked to stop."""
+                throughput: Throughput) -> tuple[float, bool, float]:
+        """Average loss, accuracy and stop votes over the ranks, log and summarize; returns the averaged loss,
+        whether any rank asked to stop, and the slowest rank's seconds per step (the same on every rank)."""
         with self.supervisor.guarded(step, "averaging the metrics"):
             means = self.replica.average_over_ranks(metrics["loss"], metrics["accuracy"], self.supervisor.stop_vote,
                                                     self.pace.per_step())
@@ -207,7 +208,7 @@ class TrainingLoop:
                     self.reporter.event("straggler", step=step, message=straggler)
         if Action.SUMMARY in due:
             self.reporter.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
-        return means.loss, means.stop_votes > 0
+        return means.loss, means.stop_votes > 0, max(compute + wait for compute, wait in means.paces)
 
     def _evaluate(self, step: int) -> bool:
         """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
