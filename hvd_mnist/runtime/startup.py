@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import glob
 import os
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Callable, Iterator
 from typing import IO, NoReturn
 
@@ -73,7 +75,7 @@ def import_tensorflow_quietly() -> None:
     if "tensorflow" in sys.modules:
         return
     unusable = None
-    with _native_stderr_held_back(), _hidden("matplotlib"):
+    with _native_stderr_held_back(), _hidden("matplotlib"), _forward_refs_compiled_once():
         with _hidden(KERAS_EAGER_LOAD):
             import tensorflow
 
@@ -117,6 +119,22 @@ def _hidden(module: str) -> Iterator[None]:
         yield
     finally:
         del sys.modules[module]
+
+
+@contextlib.contextmanager
+def _forward_refs_compiled_once() -> Iterator[None]:
+    """Within the block, `typing` compiles the text of each forward reference once.
+
+    TensorFlow's generated op modules declare about 1,400 TypeVars whose 19,000 constraints are strings
+    ("_atypes.Float32", ...), and typing compiles each into a ForwardRef: 18,000 compile() calls of a few
+    dozen texts, 0.15 s of each rank's import (docs/benchmark.md). typing finds `compile` among its own globals
+    before the builtins, so a cached one placed there serves it; equal texts give equal code objects.
+    """
+    typing.compile = functools.lru_cache(maxsize=None)(compile)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del typing.compile  # type: ignore[attr-defined]
 
 
 def end_process(code: int) -> NoReturn:
