@@ -1,0 +1,33 @@
+"""Open MPI's settings that a rank makes before MPI starts: each only where the user made none."""
+
+import pytest
+
+from hvd_mnist.runtime import distribution
+from hvd_mnist.runtime.distribution import open_mpi_defaults
+
+
+@pytest.fixture
+def devices(tmp_path, monkeypatch):
+    """An empty stand-in for /sys/class/infiniband."""
+    monkeypatch.setattr(distribution, "FABRIC_DEVICES", str(tmp_path))
+    return tmp_path
+
+
+def test_without_a_fabric_the_cm_layer_is_skipped_and_waiting_yields(devices):
+    environ = {}
+    open_mpi_defaults(environ)
+    assert environ == {"OMPI_MCA_mpi_yield_when_idle": "1", "OMPI_MCA_pml": "^cm"}
+
+
+def test_with_a_fabric_device_open_mpi_chooses_its_own_layer(devices):
+    (devices / "mlx5_0").mkdir()
+    environ = {}
+    open_mpi_defaults(environ)
+    assert "OMPI_MCA_pml" not in environ
+
+
+def test_the_users_own_settings_are_kept(devices):
+    environ = {"OMPI_MCA_pml": "cm", "OMPI_MCA_mpi_yield_when_idle": "0"}
+    open_mpi_defaults(environ)
+    assert environ == {"OMPI_MCA_pml": "cm", "OMPI_MCA_mpi_yield_when_idle": "0"}
+
