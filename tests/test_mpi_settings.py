@@ -30,4 +30,3 @@ def test_the_users_own_settings_are_kept(devices):
     environ = {"OMPI_MCA_pml": "cm", "OMPI_MCA_mpi_yield_when_idle": "0"}
     open_mpi_defaults(environ)
     assert environ == {"OMPI_MCA_pml": "cm", "OMPI_MCA_mpi_yield_when_idle": "0"}
-

@@ -49,7 +49,6 @@ def write_records(path: str | Path, split: Split) -> int:
     return len(split)
 
 
-@tf.autograph.experimental.do_not_convert  # plain TF ops: AutoGraph's conversion only costs start-up time
 def parse_batch(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Parse a batch of serialized examples into (uint8 images [B, 784], int64 labels [B]), validated."""
     parsed = tf.io.parse_example(serialized, FEATURES)
