@@ -1,5 +1,5 @@
 """The Horovod that scripts/build_horovod.sh builds behaves as its patches say (patch 5 under both controllers,
-patch 6 under Gloo)."""
+patch 6 under Gloo, patch 9 with its answers file whole, damaged or changed)."""
 
 from __future__ import annotations
 
@@ -108,3 +108,31 @@ def test_gloo_event_loop_yields_to_the_sender(tmp_path):
     polls = [float(value) for value in re.findall(r"polls per allreduce: ([0-9.]+)", output)]
     assert len(polls) == 2, output
     assert max(polls) < 50, f"Gloo's event loops polled {polls} times per allreduce"
+
+
+# What a rank sees of the controller that horovodrun chose for it.
+SHOW_CONTROLLER = "import os; print('controller:', 'gloo' if 'HOROVOD_GLOO_RENDEZVOUS_ADDR' in os.environ else 'mpi')"
+
+
+def test_launcher_keeps_its_build_probes_answers(tmp_path):
+    """Patch 9: horovodrun's "built with MPI?" probe (TensorFlow's library loaded in a forked child, 0.4 s of
+    every launch) is answered once per library file and kept in ~/.horovod/built.json; a damaged file is a miss
+    and is rewritten, and a kept answer is the one used (a forged "no MPI" makes horovodrun choose Gloo)."""
+    answers = tmp_path / ".horovod" / "built.json"
+
+    def launch() -> str:
+        proc = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", sys.executable, "-c",
+                               SHOW_CONTROLLER], env={**launcher_env(), "HOME": str(tmp_path)},
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return re.findall(r"controller: (\w+)", proc.stdout)[0]
+
+    assert launch() == "mpi"
+    kept = json.loads(answers.read_text())
+    (key, answer), = kept.items()
+    assert key.endswith(": built with MPI") and "mpi_lib" in key and answer is True
+    answers.write_text('{"torn')
+    assert launch() == "mpi" and json.loads(answers.read_text()) == kept
+    answers.write_text(json.dumps({key: False}))
+    assert launch() == "gloo"
+    assert json.loads(answers.read_text())[key] is False
