@@ -1,0 +1,147 @@
+"""TensorFlow's API modules (tf.data, tf.compat.v1, tf.raw_ops, ...) loaded when code first uses them.
+
+TensorFlow's `__init__` imports every module of its public API, and those import the code behind them: of the
+2,300 modules a rank's import loaded, the trainer and Horovod use fewer than 1,800, and the rest (TPU, Lite,
+the distribution strategies' test combinations, every raw op) took 0.3 s of every rank's start-up
+(docs/benchmark.md). Within `api_loaded_on_use()`, each API module that is imported becomes a stand-in that
+imports the real module at its first attribute, and hands every later one to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import re
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+API_PACKAGE = "tensorflow._api.v2"  # what `tf.data` and the rest are, as modules
+LOADED_AT_ONCE = frozenset({f"{API_PACKAGE}.bitwise"})  # TensorFlow's `__init__` reads its __file__
+# In a generated API module: a line that imports one name, and the names that its other code sets or changes.
+IMPORT_LINE = re.compile(r"^from ([\w.]+) import (\w+)(?: as (\w+))?(?: *#.*)?$", re.MULTILINE)
+SET_BY_CODE = re.compile(r"_current_module\.(\w+)|setattr\(_current_module, \"(\w+)\"")
+DOCSTRING = re.compile(r'^"""[^"]*"""$', re.MULTILINE)
+NAMELESS_LINE = re.compile(  # blank, a comment, `import sys as _sys`, and the four lines of a v1 module's wrapper
+    r'\s*(#.*)?$|import \w+ as _\w+$|if not isinstance\(_sys\.modules\[__name__\], _module_wrapper\.TFModuleWrapper\):$'
+    r'|\s+_sys\.modules\[__name__\] = _module_wrapper\.TFModuleWrapper\($'
+    r'|\s+_sys\.modules\[__name__\], "[\w.]*", public_apis=None, deprecation=False,$'
+    r'|\s+has_lite=(True|False)\)$')
+NAMESAKE_PACKAGES = ("distribute", "lite")  # tensorflow/distribute/ and tf.distribute, ...
+NAMESAKE_READER = "tensorflow.python.distribute.experimental.rpc.rpc_ops"
+_loaded: set[str] = set()  # the API modules that code has used, by name
+
+
+class ApiModuleOnUse(types.ModuleType):
+    """Stands in for one of TensorFlow's API modules until code uses something that only its code makes.
+
+    A name that the module only imports (`tf.compat.v1.global_variables`, `tf.compat.v1.train`) is imported
+    by itself, from the line of the module's generated `__init__` that imports it.
+    """
+
+    def __getattr__(self, attr: str) -> Any:
+        loaded = self.__name__ in _loaded  # (a stand-in kept after its load hands everything on)
+        if not loaded and (not self.__dict__.get("_in_place") or (attr.startswith("__") and attr != "__all__")):
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+        names, closed = (None, False) if loaded else generated_names(self.__file__)
+        if names is None or (attr not in names and not closed):
+            return getattr(load(self.__name__), attr)
+        if attr not in names:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+        module, name = names[attr]
+        value = importlib.import_module(f"{module}.{name}") if module == self.__name__ else \
+            getattr(importlib.import_module(module), name)
+        setattr(self, attr, value)
+        return value
+
+    def __dir__(self) -> list[str]:
+        return dir(load(self.__name__))
+
+
+@functools.cache
+def generated_names(path: str) -> tuple[dict[str, tuple[str, str]], bool]:
+    """What the generated API module at `path` binds by importing it, by name: (the module it is in, its name
+    there), less the names that its other code sets or changes; and whether those are all the names it has
+    (nothing but import lines, and TensorFlow's wrapper of a tf.compat.v1 module, which adds none)."""
+    text = Path(path).read_text()
+    names = {alias or name: (module, name) for module, name, alias in IMPORT_LINE.findall(text)}
+    for set_by_code in SET_BY_CODE.findall(text):
+        names.pop("".join(set_by_code), None)
+    code = DOCSTRING.sub("", text, count=1)
+    closed = all(IMPORT_LINE.match(line) or NAMELESS_LINE.match(line) for line in code.splitlines())
+    return names, closed
+
+
+def load(name: str) -> types.ModuleType:
+    """The real API module `name`, imported now if only its stand-in was, and put where the stand-in was."""
+    stand_in = sys.modules.get(name)
+    if not isinstance(stand_in, ApiModuleOnUse):
+        return importlib.import_module(name)
+    _loaded.add(name)
+    del sys.modules[name]
+    module = importlib.import_module(name)
+    parent, _, attr = name.rpartition(".")
+    for holder in (sys.modules[parent], sys.modules.get("tensorflow")):
+        if holder is not None and holder.__dict__.get(attr) is stand_in:
+            setattr(holder, attr, module)
+    return module
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers an import of an API module not yet used with a stand-in."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not name.startswith(API_PACKAGE + ".") or name in LOADED_AT_ONCE or name in _loaded:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.origin is None:
+            return None
+        spec.loader = self  # its file and folder stay the module's: a stand-in imports its submodules as usual
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return ApiModuleOnUse(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module._in_place = True  # type: ignore[attr-defined]  # from now on, a use loads the module
+
+
+@contextlib.contextmanager
+def api_loaded_on_use() -> Iterator[None]:
+    """Within the block, TensorFlow's API modules are imported as stand-ins (its `__init__` runs in it)."""
+    finder = _StandInFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+    _namesake_packages_imported()
+
+
+def _namesake_packages_imported() -> None:
+    """Import TensorFlow's packages that are named as an API module, and the module that reaches into one of
+    them through the `tensorflow` module's attribute, with those attributes pointing at the packages meanwhile.
+
+    tensorflow/distribute/ and tensorflow/lite/ hold generated code; rpc_ops reads
+    `tensorflow.distribute.experimental.rpc.kernels` attribute by attribute from `tensorflow`. TensorFlow's
+    `__init__` imports all three before it binds `tf.distribute` and `tf.lite` to the API's modules; loaded later,
+    the first import of a package would rebind its name, and rpc_ops would find the API's `tf.distribute`.
+    """
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return
+    api = {attr: tf.__dict__[attr] for attr in NAMESAKE_PACKAGES if attr in tf.__dict__}
+    try:
+        for attr in api:
+            setattr(tf, attr, importlib.import_module(f"tensorflow.{attr}"))
+        importlib.import_module(NAMESAKE_READER)
+    except ImportError:
+        pass  # another TensorFlow, without them: nothing to keep apart
+    finally:
+        for attr, module in api.items():
+            setattr(tf, attr, module)
