@@ -193,7 +193,7 @@ def test_build_horovod_refuses_an_sdist_it_does_not_know(tmp_path):
     """Only the sdist whose patched lines were checked is built: another one stops with one line, before
     anything is patched or compiled (the patch lines themselves are checked by every set-up's build)."""
     script = (ROOT / "scripts" / "build_horovod.sh").read_text()
-    assert script.count("\npatch_line ") == 15  # every patched line, in Horovod and its vendored Gloo
+    assert script.count("\npatch_line ") == 16  # every patched line, in Horovod and its vendored Gloo
     fake_python = tmp_path / "python"  # its `-m pip download ... -d DIR` leaves some other horovod-0.28.1.tar.gz
     fake_python.write_text('#!/bin/bash\nwhile (($#)); do [[ $1 == -d ]] && dir=$2; shift; done\n'
                            'mkdir -p "$dir/horovod-0.28.1" && tar -czf "$dir/horovod-0.28.1.tar.gz" -C "$dir" '

@@ -1,5 +1,5 @@
 """The Horovod that scripts/build_horovod.sh builds behaves as its patches say (patch 5 under both controllers,
-patch 6 under Gloo, patch 9 with its answers file whole, damaged or changed)."""
+patch 6 under Gloo, patches 9 and 10 through horovodrun's choice of a controller)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ SHOW_CONTROLLER = "import os; print('controller:', 'gloo' if 'HOROVOD_GLOO_RENDE
 def test_launcher_keeps_its_build_probes_answers(tmp_path):
     """Patch 9: horovodrun's "built with MPI?" probe (TensorFlow's library loaded in a forked child, 0.4 s of
     every launch) is answered once per library file and kept in ~/.horovod/built.json; a damaged file is a miss
-    and is rewritten, and a kept answer is the one used (a forged "no MPI" makes horovodrun choose Gloo)."""
+    and is rewritten, and a kept answer is the one used (a forged "no MPI" makes horovodrun choose Gloo).
+    Patch 10: its `mpirun --version` probe, run as a plain subprocess, still finds Open MPI (MPI is chosen)."""
     answers = tmp_path / ".horovod" / "built.json"
 
     def launch() -> str:
