@@ -26,6 +26,11 @@ assert not hasattr(tf.signal, "no_such_op") and isinstance(tf.signal, ApiModuleO
 assert tf.compat.v1.train.GradientDescentOptimizer.__name__ == "GradientDescentOptimizer"
 assert tf.compat.v1.global_variables is tf.compat.v1.global_variables
 
+# API modules imported later are stand-ins too: TensorBoard's summaries import all of tf.compat.v2.
+from tensorboard.compat import tf2
+assert tf2.summary.scalar and isinstance(sys.modules["tensorflow._api.v2.compat.v1"], ApiModuleOnUse)
+assert "tensorflow.python.tpu.ops.gen_xla_ops" not in sys.modules
+
 # Anything else loads the module, in its place; a stand-in kept by someone hands on to it.
 kept = tf.signal
 assert "fft" in dir(kept) and not isinstance(tf.signal, ApiModuleOnUse)
