@@ -66,7 +66,8 @@ def init_horovod() -> str:
 
 
 def open_mpi_defaults(environ: MutableMapping[str, str]) -> None:
-    """Open MPI's settings for a rank, each only where the user set none.
+    """Open MPI's settings for a rank, each only where the user set none (a list of transports to exclude is
+    extended).
 
     It yields the core while it waits: its busy polling in Horovod's per-cycle coordination otherwise takes CPU
     from the compute threads. On a machine with no InfiniBand, Omni-Path or EFA device it skips the layers that

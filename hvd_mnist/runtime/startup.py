@@ -65,7 +65,8 @@ def gpus_quietly() -> list:
 
 
 def import_tensorflow_quietly() -> None:
-    """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back, and without Keras.
+    """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back, without Keras, and
+    with TensorFlow's API modules imported as they are used (lazy_api.py).
 
     TensorFlow 2.21 logs through absl before any log level applies, so TF_CPP_MIN_LOG_LEVEL no longer hides
     "oneDNN custom operations are on" and the absl banner, which every rank would print. Its `__init__` also
