@@ -25,6 +25,7 @@ assert "tensorflow.python.tpu.ops.gen_xla_ops" not in sys.modules  # every raw o
 assert not hasattr(tf.signal, "no_such_op") and isinstance(tf.signal, ApiModuleOnUse)
 assert tf.compat.v1.train.GradientDescentOptimizer.__name__ == "GradientDescentOptimizer"
 assert tf.compat.v1.global_variables is tf.compat.v1.global_variables
+assert tf.compat.v1.__version__ == tf.__version__  # a dunder that the module imports is a name like any other
 
 # API modules imported later are stand-ins too: TensorBoard's summaries import all of tf.compat.v2.
 from tensorboard.compat import tf2
@@ -36,6 +37,16 @@ kept = tf.signal
 assert "fft" in dir(kept) and not isinstance(tf.signal, ApiModuleOnUse)
 assert tf.signal is sys.modules["tensorflow._api.v2.signal"] and kept.ifft is tf.signal.ifft
 assert tf.compat.v1.app.flags is tf.compat.v1.flags  # set by tf.compat.v1's own code: that loads it
+# What tf.compat.v1's code set on the stand-in of its `nn` is on the real module once that loads.
+rnn_cell = tf.compat.v1.nn.rnn_cell
+assert "softmax" in dir(tf.compat.v1.nn) and tf.compat.v1.nn.rnn_cell is rnn_cell
+# Threads that load one module at once all get it, and it is imported once.
+import threading
+kept, results = tf.strings, []
+threads = [threading.Thread(target=lambda: results.append(dir(kept) and tf.strings)) for _ in range(8)]
+[thread.start() for thread in threads]; [thread.join() for thread in threads]
+assert len(results) == 8 and all(module is sys.modules["tensorflow._api.v2.strings"] for module in results)
+assert not isinstance(tf.strings, ApiModuleOnUse)
 from tensorflow import nest
 assert nest.flatten({"a": [1, 2]}) == [1, 2]
 import tensorflow._api.v2.linalg.experimental as linalg_experimental  # in a package not yet used, by path

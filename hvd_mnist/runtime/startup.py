@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, NoReturn
 
 from hvd_mnist.errors import RunEnded, first_line
-from hvd_mnist.runtime.lazy_api import api_loaded_on_use
+from hvd_mnist.runtime import lazy_api
 from hvd_mnist.runtime.process import seconds_since_start
 
 # What TensorFlow 2.21's __init__ imports to load all of Keras eagerly, and lets fail (import_tensorflow_quietly).
@@ -77,9 +77,11 @@ def import_tensorflow_quietly() -> None:
     if "tensorflow" in sys.modules:
         return
     unusable = None
-    with _native_stderr_held_back(), _hidden("matplotlib"), _forward_refs_compiled_once(), api_loaded_on_use():
+    lazy_api.install()
+    with _native_stderr_held_back(), _hidden("matplotlib"), _forward_refs_compiled_once():
         with _hidden(KERAS_EAGER_LOAD):
             import tensorflow
+        lazy_api.settle_namesakes()
 
         try:
             import horovod.tensorflow  # noqa: F401
