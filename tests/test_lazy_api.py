@@ -1,6 +1,7 @@
 """TensorFlow's API modules are stand-ins until used (runtime/lazy_api.py): what nobody uses is never imported,
 and what is used is what TensorFlow's own modules give."""
 
+import os
 import subprocess
 
 from helpers import BIN
@@ -61,4 +62,14 @@ print("ok")
 
 def test_api_modules_load_on_first_use_and_only_then():
     result = subprocess.run([str(BIN / "python"), "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_the_stand_ins_can_be_turned_off():
+    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly; "
+             "import_tensorflow_quietly(); import tensorflow as tf; from types import ModuleType; "
+             "assert type(sys.modules['tensorflow._api.v2.signal']) is ModuleType; "
+             "assert 'tensorflow.python.tpu.ops.gen_xla_ops' in sys.modules; print('ok')")
+    result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HVD_MNIST_LAZY_TF_API": "0"})
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
