@@ -110,8 +110,10 @@ def test_gloo_event_loop_yields_to_the_sender(tmp_path):
     assert max(polls) < 50, f"Gloo's event loops polled {polls} times per allreduce"
 
 
-# What a rank sees of the controller that horovodrun chose for it.
-SHOW_CONTROLLER = "import os; print('controller:', 'gloo' if 'HOROVOD_GLOO_RENDEZVOUS_ADDR' in os.environ else 'mpi')"
+# What a rank sees of the controller that horovodrun chose for it, in one write: unbuffered, print() writes its
+# parts apart, and mpirun's --tag-output then tags each part on its own.
+SHOW_CONTROLLER = ("import os, sys; sys.stdout.write('controller: %s\\n' % "
+                   "('gloo' if 'HOROVOD_GLOO_RENDEZVOUS_ADDR' in os.environ else 'mpi'))")
 
 
 def test_launcher_keeps_its_build_probes_answers(tmp_path):
