@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench import published
 from bench.configs import Config, cpu_configs, plan_for, read_result  # conftest's helpers put scripts/ on sys.path
 from bench.phases import PHASES, durations
 from bench.race import RIVALS, race_contenders, race_possible, race_target
@@ -59,6 +60,14 @@ def test_results_json_has_every_configuration_with_positive_figures(bench_out):
         assert derived["true_efficiency"][key] == pytest.approx(
             derived["trainer_work_vs_floor_1core"] * derived["collective_efficiency"][key])
     assert all("met" in target for target in results["targets"].values())
+
+
+@pytest.mark.slow
+def test_its_results_can_be_published_with_every_target_in_words(bench_out):
+    results = json.loads((bench_out / "results.json").read_text())
+    sections = published.sections(results)  # a target with no words in published.target_words raises
+    assert f"of {len(results['targets'])} met" in sections["readme"]
+    assert all(f"- `{name}`: " in sections["benchmark"] for name in results["targets"])
 
 
 @pytest.mark.slow

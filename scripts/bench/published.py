@@ -29,6 +29,10 @@ BEGIN, END = "<!-- results:begin (scripts/bench/published.py writes this from do
     "<!-- results:end -->"
 SECTION = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.DOTALL)
 CHART_KEY = "results.json sha256"
+# The README table's configurations, by the names its header gives them; the targets' words use the same names.
+COLUMNS = {"floor_1core": "compute floor, 1 core", "hvd_np1_1core": "hvd_mnist np=1, 1 core",
+           "hvd_np2_gloo": "np=2 Gloo", "hvd_np2_mpirun": "np=2 mpirun"}
+OUTCOMES = {False: "missed", True: "met", None: "not measured"}  # a target's "met", in the order they are listed
 
 
 def run_date(results: dict) -> str:
@@ -43,19 +47,18 @@ def rate(results: dict, key: str, batch: int) -> float | None:
 
 
 def readme_section(results: dict) -> str:
-    """The README's results: examples/sec per batch, and the race in one line."""
+    """The README's results: examples/sec per batch, the race in one line, and the targets met and missed."""
     derived = results["derived"]
     settings = results["settings"]
     lines = [f"The full benchmark of {run_date(results)} (`python scripts/benchmark.py --time-to-accuracy`, "
              f"{settings['repeats']} repeats x {settings['steps']} steps, {results['machine']['cores']} cores), "
              "medians of global examples/sec; all figures: [docs/benchmark.md](docs/benchmark.md).", "",
-             "| per-worker batch | compute floor, 1 core | hvd_mnist np=1, 1 core | np=2 Gloo | np=2 mpirun "
-             "| best peer | np=2 against the best peer, Gloo / mpirun |",
+             "| per-worker batch | " + " | ".join(COLUMNS.values()) +
+             " | best peer | np=2 against the best peer, Gloo / mpirun |",
              "|---|---:|---:|---:|---:|---|---:|"]
     for batch in settings["batch_sizes"]:
         d = derived[str(batch)]
-        cells = [fmt(rate(results, key, batch), ",.0f")
-                 for key in ("floor_1core", "hvd_np1_1core", "hvd_np2_gloo", "hvd_np2_mpirun")]
+        cells = [fmt(rate(results, key, batch), ",.0f") for key in COLUMNS]
         versus = " / ".join(fmt(d["throughput_vs_best_peer"].get(key), ".2f") + "x"
                             for key in ("hvd_np2_gloo", "hvd_np2_mpirun"))
         peer = results["configs"].get(d["best_peer"], {}).get("label", "-").removeprefix("peer: ")
@@ -63,7 +66,50 @@ def readme_section(results: dict) -> str:
     race = results.get("time_to_accuracy")
     if race:
         lines += ["", race_sentence(race)]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *targets_summary(results)])
+
+
+def targets_summary(results: dict) -> list[str]:
+    """The targets in a few lines: how many were met, then the missed, the met and the unmeasured ones, each with
+    the figure it was decided on and its goal."""
+    groups = {outcome: [target_line(name, target, results) for name, target in results["targets"].items()
+                        if target["met"] is met] for met, outcome in OUTCOMES.items()}
+    lines = [f"**Targets**: {len(groups['met'])} of {len(results['targets'])} met (each by name: "
+             "[docs/benchmark.md](docs/benchmark.md#the-current-run)).", ""]
+    return lines + [f"- {outcome.capitalize()}: " + "; ".join(words) + "." for outcome, words in groups.items()
+                    if words]
+
+
+def target_line(name: str, target: dict, results: dict) -> str:
+    """A target in a line, "np=2 Gloo's true parallel efficiency at batch 100: 0.55 (target 0.80)", without the
+    figure where it was not measured."""
+    what, figure, goal = target_words(name, target, results)
+    return f"{what}: {figure} (target {goal})" if target["met"] is not None else f"{what} (target {goal})"
+
+
+def target_words(name: str, target: dict, results: dict) -> tuple[str, str, str]:
+    """A target as a reader says it: what it holds, the figure it was decided on and its goal, which stats.py and
+    race.py write into its name ("np=2 Gloo's true parallel efficiency at batch 100", "0.55", "0.80")."""
+    batch = re.search(r"_b(\d+)$", name)
+    at = f" at batch {batch[1]}" if batch else ""
+    if found := re.fullmatch(r"(hvd_np2_\w+)_beats_every_peer_b\d+", name):
+        return (f"{COLUMNS[found[1]]}{at}", f"{fmt(target['hvd_mnist'], ',.0f')} examples/s",
+                f"the best peer's {fmt(target['best_peer'], ',.0f')}")
+    if found := re.fullmatch(r"(hvd_np2_\w+)_true_efficiency_([\d.]+)_b\d+", name):
+        return f"{COLUMNS[found[1]]}'s true parallel efficiency{at}", fmt(target["efficiency"], ".2f"), found[2]
+    if found := re.fullmatch(r"flight_recorder_within_(\d+)pct_b\d+", name):
+        cost = None if target["ratio"] is None else (target["ratio"] - 1) * 100
+        return f"the flight recorder's cost in step time{at}", f"{fmt(cost, '+.1f')}%", f"at most {found[1]}%"
+    if found := re.fullmatch(r"pipeline_(\d+)x_training_b\d+", name):
+        return f"the input pipeline{at}", f"{fmt(target['ratio'], '.0f')}x a rank's training", f"{found[1]}x"
+    if found := re.fullmatch(r"hvd_np1_within_([\d.]+)x_floor_step_time_b\d+", name):
+        return f"np=1's step time{at}", f"{fmt(target['ratio'], '.2f')}x the compute floor's", f"at most {found[1]}x"
+    if found := re.fullmatch(r"time_to_accuracy_within_([\d.]+)x_(\w+)", name):
+        rival = results["configs"][found[2]]["label"].removeprefix("peer: ")
+        return (f"time to accuracy against {rival}", f"{fmt(target['ratio'], '.2f')}x its wall time, "
+                f"{fmt(target['hvd_mnist_wall_s'], '.1f')} s against {fmt(target['rival_wall_s'], '.1f')} s",
+                f"at most {found[1]}x")
+    raise ValueError(f"bench/published.py's target_words has no words for the target {name}: add them")
 
 
 def race_sentence(race: dict) -> str:
@@ -116,8 +162,11 @@ def benchmark_section(results: dict) -> str:
         lines += ["", f"**Time to accuracy.** {race_sentence(race)} Each racer in phases, seconds "
                       "([what each phase holds](#the-time-to-accuracy-race)):", "", phase_table(race)]
     lines += ["", "**Targets** (scripts/bench/stats.py and race.py):", ""]
-    outcomes = {True: "met", False: "**missed**", None: "not measured"}
-    lines += [f"- `{name}`: {outcomes[target['met']]}" for name, target in results["targets"].items()]
+    for name, target in results["targets"].items():
+        _, figure, goal = target_words(name, target, results)
+        outcome = OUTCOMES[target["met"]].replace("missed", "**missed**")
+        measured = f", {figure}" if target["met"] is not None else ""
+        lines.append(f"- `{name}`: {outcome}{measured} (target {goal})")
     return "\n".join(lines)
 
 
