@@ -5,6 +5,7 @@
 #   scripts/mpirun_cluster.sh -H host1:4,host2:4 --lr 0.1 --steps 2000 --output-dir /shared/runs/a
 #   HVD_MNIST_HOSTS=host1:4,host2:4 scripts/mpirun_cluster.sh --data-dir /shared/mnist
 #   scripts/mpirun_cluster.sh --dry-run -H host1:4,host2:4      # print the mpirun command only
+#   cd /shared/me && /path/to/mpirun_cluster.sh -H host1:4,host2:4 -- --model my_models:small_cnn   # ./my_models.py
 #
 # Options (before the trainer's arguments; `--` ends them explicitly):
 #   -H HOSTS      host:slots,... (default: $HVD_MNIST_HOSTS); slots = GPUs (or ranks) on that host
@@ -14,7 +15,13 @@
 #   HVD_MNIST_PYTHON       the Python that has hvd_mnist on every host (default: python on PATH)
 #   HVD_MNIST_MPIRUN_ARGS  extra mpirun arguments, e.g. "-mca btl_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"
 #   NCCL_DEBUG             exported to every rank (default: WARN)
+#   PYTHONPATH             exported to every rank as it is here (a relative entry means the same folder: below)
 # Every host needs passwordless ssh from this one, the same paths (Python, data, output directory) and Open MPI.
+# Every rank starts in the directory this script is started from (mpirun -wdir), so relative paths and
+# `python -m`, which puts the current directory first on the Python path, work as in a local run:
+# `--model my_models:small_cnn` finds ./my_models.py on every host, and a module elsewhere is found through
+# PYTHONPATH. That directory must exist at the same path on every host (shared storage): mpirun stops at once,
+# naming the directory and the host, where it does not.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -46,11 +53,11 @@ np="${np:-$total}"
 ((np <= total)) || die "-np $np is more than the $total slots in '$hosts'"
 
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
-# Empty when unset: mpirun warns about exporting an unset variable, and the dynamic loader ignores an empty one.
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
-cmd=(mpirun -np "$np" -H "$hosts"
+# Empty when unset: mpirun warns about exporting an unset variable; the dynamic loader and Python ignore it empty.
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" PYTHONPATH="${PYTHONPATH:-}"
+cmd=(mpirun -np "$np" -H "$hosts" -wdir "$PWD"
      -bind-to none -map-by slot
-     -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH
+     -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x PYTHONPATH
      -mca pml ob1 -mca btl ^openib)
 [[ $(id -u) -ne 0 ]] || cmd+=(--allow-run-as-root)
 read -r -a extra <<< "${HVD_MNIST_MPIRUN_ARGS:-}"
