@@ -14,12 +14,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench.launching import BIN, launcher_env  # noqa: E402  (shared with scripts/benchmark.py)
+from bench.launching import BIN, launcher_env, launcher_prefix  # noqa: E402  (shared with scripts/benchmark.py)
 
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
-__all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "metrics_events",
-           "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir",
+__all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "launcher_prefix",
+           "metrics_events", "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir",
            "trainer_command", "wait_for", "wait_for_step"]
 
 
