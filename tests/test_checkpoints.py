@@ -118,3 +118,18 @@ def test_resume_from_a_chosen_checkpoint_or_directory(run):
 def test_no_checkpoint_at_all(tmp_path):
     with pytest.raises(UserError, match="--resume: no checkpoint in"):
         restored(tmp_path)
+
+
+def test_a_checkpoint_of_the_tf1_optimizer_restores(tmp_path):
+    """Until 2026-12-07 the replica trained with tf.compat.v1's GradientDescentOptimizer, which a checkpoint
+    holds as a node without variables: such a checkpoint restores whole into the written-out SGD."""
+    old, _ = checkpoints_of(tmp_path)
+    old.step.assign(30)
+    old.model.w1.assign_add(tf.ones_like(old.model.w1))
+    legacy = tf.train.Checkpoint(**old.trackables(), optimizer=tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    tf.train.CheckpointManager(legacy, str(tmp_path), max_to_keep=3).save(checkpoint_number=30)
+    replica, checkpoints = checkpoints_of(tmp_path)
+    assert Path(checkpoints.restore_newest_intact()).name == "ckpt-30"
+    assert int(replica.step.numpy()) == 30
+    for restored_var, saved in zip(replica.synced_variables, old.synced_variables, strict=True):
+        tf.debugging.assert_equal(restored_var, saved)

@@ -61,7 +61,7 @@ def init_horovod() -> str:
 
         hvd.init(comm=MPI.COMM_WORLD)
         return "mpi"
-    hvd.init()
+    hvd.init()  # HVD: one process per device (examples/custom_loop.py names each step of the pattern so)
     return "mpi" if hvd.mpi_enabled() else "gloo"
 
 
@@ -109,7 +109,7 @@ def pin_device(local_rank: int, local_size: int, bind_cpus: bool = True) -> str:
     `bind_cpus` also binds each rank to its share of the cores (see bind_to_cores).
     """
     gpus = gpus_quietly()
-    if gpus:
+    if gpus:  # HVD: pin each process to its own GPU by its rank on this host
         gpu = gpus[local_rank % len(gpus)]
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)

@@ -248,7 +248,7 @@ class TrainingLoop:
         if not self.replica.weights_finite():
             raise RunEnded(f"weights became NaN/Inf by step {step}; not checkpointed"
                            f"{self.supervisor.last_checkpoint()}")
-        if self.world.is_chief:
+        if self.world.is_chief:  # HVD: only rank 0 writes checkpoints (the ranks hold the same weights)
             with writing(f"checkpoint ckpt-{step}", self.run_dir.checkpoints):
                 path = self.checkpoints.save(step, before_commit=lambda: self.supervisor.fault("save", step))
             self.supervisor.checkpointed(path)

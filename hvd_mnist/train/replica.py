@@ -1,4 +1,9 @@
-"""One rank's replica: the model, plain SGD, the global step, the moving averages, and the compiled steps on them."""
+"""One rank's replica: the model, plain SGD, the global step, the moving averages, and the compiled steps on them.
+
+The Horovod pattern is here as in examples/custom_loop.py, each step marked "HVD:" where it happens: the
+gradients averaged over the ranks (_allreduce_mean) and every rank started from rank 0's state
+(broadcast_from_chief); the rest of it is in runtime/distribution.py, data/pipeline.py and train/loop.py.
+"""
 
 from __future__ import annotations
 
@@ -69,7 +74,6 @@ class Replica:
         self.learning_rate = lambda: learning_rate(
             self.step, config.lr, config.lr_decay, self.decay_steps, self.lr_scale, config.warmup_steps
         )
-        self.sgd = tf.compat.v1.train.GradientDescentOptimizer(self.learning_rate)
         self.compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
         self.ema = MovingAverage(list(self.model.trainable_variables), config.ema_decay)
 
@@ -102,11 +106,14 @@ class Replica:
     def trackables(self) -> dict[str, tf.Module | tf.Variable]:
         """What a checkpoint holds."""
         return {"step": self.step, "global_batch": self.global_batch, "target_global_batch": self.target_global_batch,
-                "best_accuracy": self.best_accuracy, "model": self.model, "optimizer": self.sgd, "ema": self.ema}
+                "best_accuracy": self.best_accuracy, "model": self.model, "ema": self.ema}
 
     @tf.function(autograph=False)
     def broadcast_from_chief(self) -> None:
         """Give every rank rank 0's weights, moving averages and step (after initialization or restore).
+
+        HVD: every rank starts from rank 0's state. Plain SGD keeps no state of its own (no slots), so the
+        synced variables are all of the optimizer's state too.
 
         What hvd.broadcast_variables does, compiled without AutoGraph: its own tf.function converts Horovod's
         code first, most of the broadcast's time at every start (docs/benchmark.md).
@@ -196,7 +203,8 @@ class Replica:
                     waited = tf.timestamp() - entered
             grads = reduced
         lr = self.learning_rate()
-        self.sgd.apply_gradients(zip(grads, variables, strict=True))
+        for var, grad in zip(variables, grads, strict=True):  # var -= lr * grad, in place, one kernel a variable
+            tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=lr, delta=grad)
         self.ema.update(variables, self.step)
         self.step.assign_add(1)
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
@@ -205,7 +213,7 @@ class Replica:
                 "allreduce_seconds": waited}
 
     def _allreduce_mean(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
-        """Each gradient averaged over the ranks in one fused ring allreduce.
+        """Each gradient averaged over the ranks in one fused ring allreduce (HVD: average the gradients).
 
         Called by hand rather than through hvd.DistributedOptimizer so that several micro-batches can be
         summed first. Grouped, the gradients reach Horovod's queue together, so its background thread
