@@ -17,6 +17,7 @@ from bench.launching import PEERS, BenchmarkError
 
 CORES = os.cpu_count() or 1
 HVD_NP2 = ("hvd_np2_gloo", "hvd_np2_mpirun")  # hvd_mnist np=2 under each launcher
+KERAS_FIT = "peer_keras_fit"  # Keras 3 fit on hvd_mnist.keras
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ def cpu_configs() -> list[Config]:
         peer("peer_mwms", "peer: TF MultiWorkerMirrored np=2", "local", "mwms.py"),
         peer("peer_hvd_example", "peer: Horovod TF2 example np=2", "gloo", "hvd_example.py"),
         peer("peer_torch_ddp", "peer: PyTorch DDP Gloo np=2", "local", "torch_ddp.py"),
+        # Not a rival: what Keras 3 fit costs with hvd_mnist.keras, raced like a peer (examples/keras_fit.py).
+        peer(KERAS_FIT, "peer: Keras 3 fit, hvd_mnist.keras np=2", "gloo", "keras_fit.py"),
         Config("pipeline", "input pipeline alone (per rank)", "pipeline", "python", 1, pipeline_args, read_result),
         Config("allreduce_gloo", "allreduce 1.59 MB, Gloo, 2 ranks", "allreduce", "gloo", 2, allreduce_args,
                read_result, per_batch=False),

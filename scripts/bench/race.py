@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bench.configs import HVD_NP2, Config, plan_for, read_result, trainer_events
+from bench.configs import HVD_NP2, KERAS_FIT, Config, plan_for, read_result, trainer_events
 from bench.launching import BenchmarkError
 from bench.phases import HVD_MNIST_MARKS, durations
 from bench.phases import table as phase_table
@@ -97,7 +97,8 @@ def race_contenders(summary: Summary, configs: list[Config]) -> dict[str, Config
     rates = {key: rate for key in HVD_NP2 if (rate := median(summary, key, TTA_BATCH))}
     hvd_key = max(rates, key=rates.get, default=None)
     by_key = {c.key: c for c in configs}
-    peers = [key for key in RIVALS if key in by_key] + ([peer_key] if peer_key and peer_key not in RIVALS else [])
+    raced = (*RIVALS, KERAS_FIT)  # Keras fit races too, to show what it costs, but sets no target
+    peers = [key for key in raced if key in by_key] + ([peer_key] if peer_key and peer_key not in raced else [])
     return {"hvd_mnist": by_key.get(hvd_key), **{key: by_key[key] for key in peers}}
 
 
