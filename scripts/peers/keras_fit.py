@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from common import HIDDEN, INIT_STDDEV, PHASES, StepTimer, TargetRace, load_npz, parse_args, scaled, write_throughput
+from hvd_example import sum_over_ranks
 from tf_common import set_threads, thread_counts
 
 import hvd_mnist.keras as hvd
@@ -35,16 +36,12 @@ class Stepping(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.timer.tick()
         steps = self.timer.steps
-        if self.race.due(steps) and self.race.reaches_target(steps, self.correct, self.sum_over_ranks):
+        if self.race.due(steps) and self.race.reaches_target(steps, self.correct, sum_over_ranks):
             self.model.stop_training = True
 
     def correct(self, images: np.ndarray, labels: np.ndarray) -> int:
         logits = self.model.predict_on_batch(scaled(images))
         return int(np.sum(np.argmax(logits, axis=1) == labels))
-
-    @staticmethod
-    def sum_over_ranks(values: list[float]) -> list[float]:
-        return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum, name="validation_counts").numpy().tolist()
 
 
 def main() -> None:
