@@ -6,7 +6,7 @@ fail on Keras 3 variables. A Horovod Keras script ports by one import:
 
     import hvd_mnist.keras as hvd      # instead of: import horovod.tensorflow.keras as hvd
 
-This package imports only TensorFlow, Keras and Horovod (nothing else of hvd_mnist).
+This package imports only TensorFlow, Keras, Horovod and NumPy (nothing else of hvd_mnist).
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ import tensorflow as tf
 from horovod.tensorflow import (
     Average,
     Compression,
+    ProcessSet,
     Sum,
+    add_process_set,
     allgather_object,
     broadcast_object,
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
     gloo_built,
     gloo_enabled,
     init,
@@ -33,6 +39,8 @@ from horovod.tensorflow import (
     mpi_threads_supported,
     nccl_built,
     rank,
+    remove_process_set,
+    rocm_built,
     shutdown,
     size,
     start_timeline,
@@ -41,13 +49,16 @@ from horovod.tensorflow import (
 
 from hvd_mnist.keras import callbacks
 from hvd_mnist.keras.ops import broadcast_variables, tensor_of
-from hvd_mnist.keras.optimizer import DistributedOptimizer
+from hvd_mnist.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 
 __all__ = [
     "Average",
     "Compression",
     "DistributedOptimizer",
+    "PartialDistributedOptimizer",
+    "ProcessSet",
     "Sum",
+    "add_process_set",
     "allgather",
     "allgather_object",
     "allreduce",
@@ -56,8 +67,12 @@ __all__ = [
     "broadcast_object",
     "broadcast_variables",
     "callbacks",
+    "ccl_built",
     "cross_rank",
     "cross_size",
+    "cuda_built",
+    "ddl_built",
+    "global_process_set",
     "gloo_built",
     "gloo_enabled",
     "init",
@@ -70,6 +85,9 @@ __all__ = [
     "mpi_threads_supported",
     "nccl_built",
     "rank",
+    "reducescatter",
+    "remove_process_set",
+    "rocm_built",
     "shutdown",
     "size",
     "start_timeline",
@@ -94,6 +112,11 @@ def broadcast(value, root_rank: int, name: str | None = None) -> tf.Tensor:
     return _hvd.broadcast(tensor_of(value), root_rank, name=name)
 
 
+def reducescatter(value, name: str | None = None, op=Average) -> tf.Tensor:
+    """`value` reduced over the ranks and split along the first axis, this rank keeping its part."""
+    return _hvd.reducescatter(tensor_of(value), name=name, op=op)
+
+
 def broadcast_global_variables(root_rank: int) -> None:
     """Keras 3 keeps no global collection of variables: refused, naming what to use instead."""
     raise NotImplementedError("broadcast_global_variables: Keras 3 has no global variables; use "
@@ -102,8 +125,10 @@ def broadcast_global_variables(root_rank: int) -> None:
 
 
 def load_model(filepath: str, custom_optimizers=None, custom_objects=None, compression=Compression.none,
-               **kwargs) -> keras.Model:
+               legacy_opts: bool = False, **kwargs) -> keras.Model:
     """`keras.models.load_model`, with the saved optimizer wrapped in DistributedOptimizer again."""
+    if legacy_opts:
+        raise ValueError("hvd_mnist.keras.load_model: legacy (Keras 2) optimizers do not exist in Keras 3")
     objects = {**(custom_objects or {}), **{cls.__name__: cls for cls in custom_optimizers or ()}}
     model = keras.models.load_model(filepath, custom_objects=objects, **kwargs)
     if getattr(model, "optimizer", None) is not None:

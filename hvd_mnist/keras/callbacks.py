@@ -9,24 +9,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.keras.ops import broadcast_variables
-
-
-def _variables(model: keras.Model, skip: list) -> list[tf.Variable]:
-    """The model's and its optimizer's variables (building the optimizer's slots first), less `skip`."""
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and not optimizer.built:
-        optimizer.build(model.trainable_variables)
-    owned = [*model.variables, *(optimizer.variables if optimizer is not None else [])]
-    skipped = {id(v) for v in skip} | {id(getattr(v, "value", v)) for v in skip}
-    return [v.value for v in owned if id(v) not in skipped and id(v.value) not in skipped]
+from hvd_mnist.keras.ops import broadcast_variables, model_variables
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Every rank starts each `fit` from `root_rank`'s weights and optimizer state (slots, step count).
 
     Runs at the start of training, after Keras has built the optimizer's slots and after whatever the script
-    restored before `fit`; so a restore on one rank (or on all) continues on every rank.
+    restored before `fit`; so a restore on one rank (or on all) continues on every rank. `local_variables`
+    (Keras or tf variables) keep each rank's own values, for layers that differ between ranks by design.
     """
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables: list | None = None) -> None:
@@ -36,7 +27,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if hvd.size() > 1:
-            broadcast_variables(_variables(self.model, self.local_variables), root_rank=self.root_rank)
+            broadcast_variables(model_variables(self.model, skip=self.local_variables), root_rank=self.root_rank)
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

@@ -18,6 +18,18 @@ def tensor_of(value) -> tf.Tensor | tf.Variable:
     return value if isinstance(value, tf.Variable) else tf.convert_to_tensor(value)
 
 
+def model_variables(model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None,
+                    skip: Iterable = ()) -> list[tf.Variable]:
+    """The model's and its optimizer's variables, less `skip`, as tf.Variables. An optimizer not yet built is
+    built on the model's trainable variables first, so its slots exist (and match) on every rank."""
+    optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    owned = [*model.variables, *(optimizer.variables if optimizer is not None else [])]
+    skipped = {id(tensor_of(v)) for v in skip}
+    return [tensor_of(v) for v in owned if id(tensor_of(v)) not in skipped]
+
+
 def broadcast_variables(variables: Iterable, root_rank: int = 0) -> None:
     """Assign `root_rank`'s values to these variables on every rank. Every rank must pass the same number of
     variables, of the same shapes and types, in the same order: a rank that does not is refused in one line."""
