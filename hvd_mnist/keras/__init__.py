@@ -47,7 +47,7 @@ from horovod.tensorflow import (
     stop_timeline,
 )
 
-from hvd_mnist.keras import callbacks
+from hvd_mnist.keras import callbacks, elastic
 from hvd_mnist.keras.ops import broadcast_variables, tensor_of
 from hvd_mnist.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 
@@ -72,6 +72,7 @@ __all__ = [
     "cross_size",
     "cuda_built",
     "ddl_built",
+    "elastic",
     "global_process_set",
     "gloo_built",
     "gloo_enabled",
