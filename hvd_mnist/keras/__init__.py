@@ -50,6 +50,7 @@ from horovod.tensorflow import (
 from hvd_mnist.keras import callbacks, elastic
 from hvd_mnist.keras.ops import broadcast_variables, tensor_of
 from hvd_mnist.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from hvd_mnist.keras.sync_batch_norm import SyncBatchNormalization
 
 __all__ = [
     "Average",
@@ -58,6 +59,7 @@ __all__ = [
     "PartialDistributedOptimizer",
     "ProcessSet",
     "Sum",
+    "SyncBatchNormalization",
     "add_process_set",
     "allgather",
     "allgather_object",
