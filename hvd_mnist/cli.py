@@ -12,6 +12,7 @@ from hvd_mnist import config_file
 from hvd_mnist.config import CLASSIC, EXPORTS, MLFLOW_LOCAL_STORE, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded, UserError, crashed
+from hvd_mnist.runtime.resources import ran_out
 from hvd_mnist.runtime.rundir import RunDir
 
 EPILOG = """examples:
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hvd-mnist: {err.label}: {err}", file=sys.stderr)
         return err.exit_code
     except Exception as err:  # before the session could name a run directory: the traceback goes to a temp file
-        print(f"hvd-mnist: error: {crashed(err, None)}", file=sys.stderr)
+        print(f"hvd-mnist: error: {ran_out(err) or crashed(err, None)}", file=sys.stderr)
         return 1
     return 0
 

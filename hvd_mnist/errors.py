@@ -42,6 +42,10 @@ class WriteFailed(RunEnded):
     """Rank 0 could not write an output mid-run (no space, I/O error, read-only file system, quota)."""
 
 
+class RanOut(RunEnded):
+    """A rank ran out of memory, threads or open files: the line names the rank, the resource and its limit."""
+
+
 class Crashed(RunEnded):
     """An exception hvd_mnist did not expect (a bug, or a failure it cannot name): its traceback is in a file."""
 

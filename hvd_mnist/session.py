@@ -45,18 +45,6 @@ def load_data(config: TrainConfig) -> Dataset:
     return dataset
 
 
-def available_memory() -> int:
-    """Bytes of memory this machine can still give (MemAvailable: free memory plus what the kernel can reclaim)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def run_session(config: TrainConfig) -> RunResult:
     """Validate, set up the world, and train; raises UserError for bad input, and RunEnded for every ending."""
     config.validate()
@@ -79,7 +67,7 @@ def run_session(config: TrainConfig) -> RunResult:
         if config.model not in MODELS:  # a model of the user's that cannot be built is refused before any file
             build_model(config.model, seed=config.seed)
         BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE.get(config.model, 0),
-                                                     available_memory() // world.local_size)
+                                                     *supervisor.memory_limit(world))
         run_dir = open_run_dir(config, world, supervisor)
         supervisor.run_dir_known(run_dir, world.is_chief)
         phase_done("run_dir_ready")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,34 @@ def tmpfs(tmp_path) -> Iterator[Callable[[str], Path]]:
     yield mount
     for mount_point in mounted:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Callable[[int], Path]]:
+    """`memory_cgroup(BYTES)` makes a memory cgroup (v1 or v2, whichever this machine has) under this process's own,
+    limited to BYTES, and returns it (a process joins it by writing its pid to its cgroup.procs); the test is
+    skipped where none can be made (it needs root), and every one is removed afterwards."""
+    from hvd_mnist.runtime.resources import CGROUP_ROOT
+
+    here = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+    v1 = [path for _, controllers, path in here if "memory" in controllers.split(",")]
+    parent = (CGROUP_ROOT / "memory" / v1[0].lstrip("/") if v1
+              else CGROUP_ROOT / next(path for _, kind, path in here if kind == "").lstrip("/"))
+    made: list[Path] = []
+
+    def make(limit: int) -> Path:
+        group = parent / f"hvd-mnist-test-{os.getpid()}-{len(made)}"
+        try:
+            group.mkdir()
+        except OSError as err:
+            pytest.skip(f"cannot make a memory cgroup under {parent}: {err}")
+        made.append(group)
+        (group / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(limit))
+        return group
+
+    yield make
+    for group in made:
+        group.rmdir()
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from bench.launching import BIN, launcher_env, launcher_prefix  # noqa: E402  (s
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
 __all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "launcher_prefix",
-           "metrics_events", "metrics_so_far", "rank_pid", "read_metrics", "run_cli", "run_trainer", "sshd_privsep_dir",
-           "trainer_command", "wait_for", "wait_for_step"]
+           "metrics_events", "metrics_so_far", "one_rank_under", "rank_pid", "read_metrics", "run_cli", "run_trainer",
+           "sshd_privsep_dir", "trainer_command", "wait_for", "wait_for_step"]
 
 
 # --- launching --------------------------------------------------------------------------------------------------
@@ -42,10 +42,23 @@ def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
     raise ValueError(launcher)
 
 
+def one_rank_under(command: list[str], rank: int, setup: str) -> list[str]:
+    """`command` (a trainer_command) with the shell lines `setup` (a ulimit, joining a cgroup) run first in rank
+    `rank`'s process only: a limit on one rank, as a container or a job step sets one."""
+    start = command.index(sys.executable)
+    script = f'if [ "${{HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}}" = {rank} ]; then {setup}; fi; exec "$@"'
+    return [*command[:start], "sh", "-c", script, "sh", *command[start:]]
+
+
 def run_trainer(launcher: str, np_: int, *args: str, cwd: Path | None = None, check: bool = True,
-                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run the trainer for real and return the finished process (output captured)."""
-    proc = subprocess.run(trainer_command(launcher, np_, *args), cwd=cwd, env={**launcher_env(), **(extra_env or {})},
+                extra_env: dict[str, str] | None = None,
+                one_rank: tuple[int, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the trainer for real and return the finished process (output captured); `one_rank`: (rank, shell
+    lines) run first in that rank's process only (one_rank_under)."""
+    command = trainer_command(launcher, np_, *args)
+    if one_rank is not None:
+        command = one_rank_under(command, *one_rank)
+    proc = subprocess.run(command, cwd=cwd, env={**launcher_env(), **(extra_env or {})},
                           capture_output=True, text=True, timeout=TIMEOUT)
     if check and proc.returncode != 0:
         raise AssertionError(f"trainer exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"

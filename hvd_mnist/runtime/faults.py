@@ -1,6 +1,6 @@
 """Fault injection for the reliability tests:
-HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective][:once=<file>], or
-HVD_MNIST_FAULT=slow:rank=<r>:delay=<s>.
+HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective|:exhaust=<what>]
+[:once=<file>], or HVD_MNIST_FAULT=slow:rank=<r>:delay=<s>.
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
@@ -8,8 +8,9 @@ up, or SIGSTOP for a process that hangs without dying; `raise` instead raises an
 not expect, as a bug would; `sleep` blocks the main thread for <s> seconds outside any collective while the
 process lives on (its heartbeats too): alive but stuck, as in a deadlock or a read that never returns;
 `collective` enters an allreduce that no other rank enters, and waits in it, as code whose ranks take different
-branches does. With `once`, the first process to fire creates <file> and later ones (say, a restarted elastic
-worker) do not fire.
+branches does; `exhaust` takes `memory` (touched 8 MiB blocks), `threads` or `files` (open descriptors) until
+the rank's real limit refuses one (a cgroup, `ulimit -v`, `-n`), as a step that needs more would. With `once`,
+the first process to fire creates <file> and later ones (say, a restarted elastic worker) do not fire.
 `slow` makes every step of rank <r> <s> seconds longer, inside its compiled step: a straggler.
 """
 
@@ -17,10 +18,15 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 ENV_VAR = "HVD_MNIST_FAULT"
+EXHAUST_AT_MOST = 100_000  # blocks, threads or files: without a limit, `exhaust` gives up here (the test then fails)
+_held: list[object] = []  # what `exhaust` took, kept until the process ends
 
 
 def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
@@ -71,4 +77,17 @@ def maybe_fault(point: str, rank: int, step: int, lone_collective: Callable[[], 
     if "collective" in values:
         lone_collective()
         return
+    if "exhaust" in values:
+        _exhaust(values["exhaust"])
+        return
     os.kill(os.getpid(), signal.Signals["SIG" + values.get("signal", "KILL")])
+
+
+def _exhaust(what: str) -> None:
+    """Take `what` (memory, threads, files) until this process's limit refuses, raising the error it gets."""
+    release = threading.Event()
+    take = {"memory": lambda: time.sleep(0.05) or np.ones(8 * 2**20, np.uint8),  # 160 MiB/s: heartbeats see it
+            "threads": lambda: threading.Thread(target=release.wait, daemon=True).start(),
+            "files": lambda: open(os.devnull)}[what]  # noqa: SIM115  (held open on purpose)
+    for _ in range(EXHAUST_AT_MOST):
+        _held.append(take())

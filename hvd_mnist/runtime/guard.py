@@ -17,6 +17,7 @@ from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
 from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.dumps import watch_requests, write_dumps
 from hvd_mnist.runtime.heartbeats import Heartbeats
+from hvd_mnist.runtime.resources import memory_report, ran_out_of
 from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.watchdog import Watchdog
 from hvd_mnist.runtime.whereabouts import Whereabouts
@@ -54,6 +55,7 @@ class CollectiveGuard:
         self.heartbeats = Heartbeats.for_rank(0, 1, whereabouts=self.whereabouts)  # alone until a world starts
         self.watchdog = Watchdog(timeout, self._timed_out, self._peer_gone)
         self.run_dir: RunDir | None = None  # where the dumps go (debug/), once every rank knows it
+        self.memory_share = 1  # how many ranks share this rank's memory limit (its cgroup's, the machine's)
         self._dumping = threading.Lock()  # one gathering at a time: the watchdog's, a request's, another rank's
 
     def start_heartbeats(self, world: World, step: int) -> None:
@@ -61,6 +63,7 @@ class CollectiveGuard:
         self.heartbeats = Heartbeats.for_rank(world.rank, world.size, local_only=world.local_size == world.size,
                                               whereabouts=self.whereabouts)
         self.heartbeats.on_dump_request = self.dump
+        self.heartbeats.memory = lambda: memory_report(self.memory_share)
         with self.guarded(step, "starting the heartbeats"):
             self.heartbeats.start(lambda offer: hvd.broadcast_object(offer, root_rank=0, name="heartbeats"))
 
@@ -100,7 +103,7 @@ class CollectiveGuard:
             try:
                 yield
             except tf.errors.OpError as err:
-                if self.elastic:
+                if self.elastic or ran_out_of(err):  # this rank ran out: its own cause, not a collective's
                     raise
                 cause = self.heartbeats.cause(wait=CAUSE_WAIT_S) or link_failure(err.message)
                 raise WorkerLost(self._failed(step, cause)) from None

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from hvd_mnist.runtime.process import Process
+from hvd_mnist.runtime.resources import near_limit
 from hvd_mnist.runtime.transport import (
     HELLO_TIMEOUT_S,
     Connection,
@@ -37,6 +38,7 @@ from hvd_mnist.runtime.transport import (
 from hvd_mnist.runtime.whereabouts import Whereabouts
 
 HEARTBEAT_S = 1.0
+MEMORY_EVERY_S = 0.2  # how often a rank samples its memory (the OOM killer gives no warning)
 SILENT_AFTER_S = 5.0  # a connected rank without a heartbeat for this long has stopped answering
 STATE_WAIT_S = 0.3  # how long a failing rank gives its reason to reach the others
 STUCK_AFTER_S = 10.0  # a rank that answers but has not progressed for this long is stuck
@@ -49,6 +51,7 @@ class RankLiveness(NamedTuple):
     step: int
     heartbeat_age: float
     progress_age: float
+    memory: dict  # its last resources.memory_report(): resident size, peak, its tightest limit
 
 
 class Heartbeats:
@@ -59,6 +62,7 @@ class Heartbeats:
         self.step = -1  # told by the training loop, through the supervisor (progressed)
         self.whereabouts = whereabouts or Whereabouts()  # the rank's, kept across worlds (elastic resets)
         self.on_dump_request: Callable[[str], None] = lambda why: None  # rank 0: another rank asks for dumps
+        self.memory: Callable[[], dict] = dict  # this rank's memory report, sent with each heartbeat
         self._checkpoint: str | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -125,7 +129,7 @@ class Heartbeats:
 
     def ranks(self) -> dict[int, RankLiveness]:
         """Each rank this one hears (itself: heard now)."""
-        return {self.rank: RankLiveness(self.step, 0.0, self.whereabouts.since_progress())}
+        return {self.rank: RankLiveness(self.step, 0.0, self.whereabouts.since_progress(), self.memory())}
 
     def gather_dumps(self, why: str, wait: float) -> dict[int, str]:
         """Rank 0: every rank's dump that arrives within `wait` s (a stopped or dead rank sends none), its own
@@ -149,6 +153,7 @@ class _PeerState:
     last_heard: float = field(default_factory=time.monotonic)
     step: int = -1
     where: dict = field(default_factory=dict)  # its last Whereabouts.report()
+    memory: dict = field(default_factory=dict)  # its last memory report
     dump: tuple[int, str] | None = None  # (request number, text): its answer to rank 0's last dump request
     closed: bool = False
     finished: bool = False  # said goodbye: it ended normally, its closed connection is no death
@@ -228,6 +233,7 @@ class ChiefHeartbeats(Heartbeats):
             peer.finished = peer.finished or bool(message.get("bye"))
             peer.last_heard, peer.step = time.monotonic(), message.get("step", peer.step)
             peer.where = {key: message[key] for key in ("since_progress", "waiting_in", "frame") if key in message}
+            peer.memory = message.get("memory", peer.memory)
             news = bool(message.get("error")) and self._error is None
             if news:
                 self._error = (rank, message["error"])
@@ -266,6 +272,7 @@ class ChiefHeartbeats(Heartbeats):
             silent = {rank: round(now - peer.last_heard) for rank, peer in self._peers.items()
                       if not peer.closed and not peer.finished and now - peer.last_heard > SILENT_AFTER_S}
             processes = {rank: self._peers[rank].process for rank in silent}
+            near = {rank: phrase for rank in died if (phrase := near_limit(self._peers[rank].memory))}
             places = {rank: {**peer.where, "since_progress": peer.progress_age(now)}
                       for rank, peer in self._peers.items()
                       if "since_progress" in peer.where and rank not in silent and not peer.closed}
@@ -273,13 +280,13 @@ class ChiefHeartbeats(Heartbeats):
             places[self.rank] = self.whereabouts.report()
         stuck = {rank: {**place, "since_progress": round(place["since_progress"])} for rank, place in places.items()
                  if place["since_progress"] > STUCK_AFTER_S}
-        return {"died": died, "silent": silent, "processes": processes, "stuck": stuck, "error": self._error,
-                "checkpoint": self._checkpoint, "dump": self._dump_request}
+        return {"died": died, "near_limit": near, "silent": silent, "processes": processes, "stuck": stuck,
+                "error": self._error, "checkpoint": self._checkpoint, "dump": self._dump_request}
 
     def ranks(self) -> dict[int, RankLiveness]:
         now = time.monotonic()
         with self._lock:
-            heard = {rank: RankLiveness(peer.step, now - peer.last_heard, peer.progress_age(now))
+            heard = {rank: RankLiveness(peer.step, now - peer.last_heard, peer.progress_age(now), peer.memory)
                      for rank, peer in self._peers.items()}
         return {**super().ranks(), **heard}
 
@@ -324,8 +331,12 @@ class WorkerHeartbeats(Heartbeats):
         threading.Thread(target=self._read_chief, name="hvd-mnist-heartbeats-in", daemon=True).start()
         with contextlib.suppress(OSError, ValueError):
             self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank))})
-            while not self._stopped.wait(HEARTBEAT_S):
-                self._chief.send({"step": self.step, **self.whereabouts.report()})
+            sent = time.monotonic()
+            while not self._stopped.wait(MEMORY_EVERY_S):  # near its limit, each sample goes: it may be the last
+                memory = self.memory()
+                if time.monotonic() - sent >= HEARTBEAT_S or near_limit(memory):
+                    self._chief.send({"step": self.step, **self.whereabouts.report(), "memory": memory})
+                    sent = time.monotonic()
 
     def _read_chief(self) -> None:
         try:
@@ -377,9 +388,9 @@ def describe(known: dict) -> str | None:
     """One phrase for what the heartbeats know: a stated reason beats a death, which beats silence."""
     if known.get("error"):
         rank, message = known["error"]
-        return f"rank {rank} failed: {message}"
+        return message if message.startswith(f"rank {rank} ") else f"rank {rank} failed: {message}"
     if known.get("died"):
-        return f"rank(s) {_ranks(known['died'])} died (their connection closed)"
+        return died_phrase(known["died"], known.get("near_limit") or {})
     if known.get("silent"):
         silent = known["silent"]
         seconds = max(silent.values())
@@ -388,6 +399,16 @@ def describe(known: dict) -> str | None:
     if known.get("stuck"):
         return stuck_phrase(known["stuck"])
     return None
+
+
+def died_phrase(died: list, near: dict) -> str:
+    """Ranks whose connection closed; one last heard near its memory limit was most likely the OOM killer's."""
+    near = {int(rank): phrase for rank, phrase in near.items()}  # JSON made the keys strings on the way
+    phrases = [f"rank {rank} died at {near[rank]}: most likely killed for memory" for rank in died if rank in near]
+    others = [rank for rank in died if rank not in near]
+    if others:
+        phrases.append(f"rank(s) {_ranks(others)} died (their connection closed)")
+    return "; ".join(phrases)
 
 
 def stuck_phrase(stuck: dict) -> str:

@@ -8,6 +8,7 @@ that every rank can repeat. Lightning keeps the same machinery in connectors bes
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +22,7 @@ from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
 from hvd_mnist.runtime.heartbeats import RankLiveness
+from hvd_mnist.runtime.resources import Limit, cgroup_key, ran_out, tightest
 from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.stopping import StopSignal, describe, first_cause
 
@@ -50,12 +52,25 @@ class Supervisor:
         except RunEnded:
             raise
         except Exception as err:
-            raise crashed(err, self.crash_dir) from None
+            raise ran_out(err, self.world and self.world.rank) or crashed(err, self.crash_dir) from None
 
     def guarded(self, step: int, what: str, nbytes: int | None = None) -> contextlib.AbstractContextManager[None]:
         """A block of collectives, bounded by --collective-timeout and kept in the flight record (`nbytes`: what
         it allreduces); a failed one ends the run naming the cause, with every rank's stacks in debug/."""
         return self._guard.guarded(step, what, nbytes)
+
+    def memory_limit(self, world: World) -> tuple[int, Limit]:
+        """The rank with the least memory left under its tightest limit, and that limit (each rank's share where
+        ranks of a node share one cgroup): every rank learns it, so that all refuse a batch that one cannot hold.
+        Each rank's heartbeats carry its memory against its share from now on."""
+        if self.elastic:  # no collective before hvd.elastic.run: the node's ranks may share one limit
+            self._guard.memory_share = world.local_size
+            return world.rank, tightest(world.local_size)
+        with self.guarded(0, "comparing the ranks' memory limits"):
+            keys = hvd.allgather_object((socket.gethostname(), cgroup_key()), name="memory_limit_keys")
+            self._guard.memory_share = keys.count(keys[world.rank])
+            limits = hvd.allgather_object(tightest(self._guard.memory_share), name="memory_limits")
+        return min(enumerate(limits), key=lambda ranked: ranked[1].headroom)
 
     def run_dir_known(self, run_dir: RunDir, is_chief: bool) -> None:
         """The run directory exists: rank 0's tracebacks and every rank's dumps go there, and rank 0 answers
@@ -87,7 +102,7 @@ class Supervisor:
         except Exception as err:
             if self.elastic and (signal := elastic_signal(err)) is not None:
                 raise signal from None
-            ended = crashed(err, self.crash_dir)
+            ended = ran_out(err, world.rank) or crashed(err, self.crash_dir)
             self._guard.state(ended)  # the others repeat this rank's cause instead of "a worker died"
             raise ended from None
         finally:

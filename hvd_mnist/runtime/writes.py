@@ -12,6 +12,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from hvd_mnist.errors import WriteFailed, first_line
+from hvd_mnist.runtime.resources import ran_out_of
 
 # The causes a user can act on, found by their text in TensorFlow's messages (which carry no errno).
 CAUSES = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
@@ -35,4 +36,6 @@ def writing(what: str, where: Path | str) -> Iterator[None]:
     try:
         yield
     except (OSError, tf.errors.OpError) as err:
+        if ran_out_of(err):  # out of open files or memory: the rank's limit, not the disk, is the cause
+            raise
         raise WriteFailed(f"could not write {what} to {where}: {cause_of(err).lower()}") from None

@@ -39,6 +39,16 @@ PER_RANK = {  # the train event's per-rank lists, in ms -> the gauge (in seconds
                                                               "allreduce, mostly waiting for the slowest rank"),
 }
 
+MEMORY = {  # a rank's memory report (resources.memory_report), from its last heartbeat -> the gauge it sets
+    "rss": ("memory_bytes", "each rank's resident memory"),
+    "peak": ("memory_peak_bytes", "each rank's peak resident memory"),
+    "limit": ("memory_limit_bytes", "each rank's share of its tightest memory limit (a cgroup's, an rlimit, or "
+                                    "the machine's available memory)"),
+    "limit_used": ("memory_limit_used_bytes", "what each rank uses of that limit (a cgroup's working set, the "
+                                              "address space for RLIMIT_AS): near the limit, the rank is killed "
+                                              "or its allocations fail"),
+}
+
 
 class PrometheusMetrics:
     """A /metrics endpoint of rank 0; `observe` takes the events the Reporter writes to metrics.jsonl."""
@@ -80,13 +90,15 @@ class _LivenessCollector(Collector):
         progress = GaugeMetricFamily("hvd_mnist_rank_seconds_since_progress",
                                      "seconds since each rank's main thread last finished a step (grows while the "
                                      "heartbeat stays fresh: alive but stuck)", labels=["rank"])
-        for rank, (step, age, since_progress) in sorted(ranks.items()):
-            steps.add_metric([str(rank)], step)
-            ages.add_metric([str(rank)], age)
-            progress.add_metric([str(rank)], since_progress)
-        yield steps
-        yield ages
-        yield progress
+        memory = {key: GaugeMetricFamily(f"hvd_mnist_rank_{name}", text, labels=["rank"])
+                  for key, (name, text) in MEMORY.items()}
+        for rank, liveness in sorted(ranks.items()):
+            steps.add_metric([str(rank)], liveness.step)
+            ages.add_metric([str(rank)], liveness.heartbeat_age)
+            progress.add_metric([str(rank)], liveness.progress_age)
+            for key, family in memory.items() if liveness.memory else ():
+                family.add_metric([str(rank)], liveness.memory[key])
+        yield from (steps, ages, progress, *memory.values())
         if checkpoint is not None:
             try:
                 written = os.stat(f"{checkpoint}.index").st_mtime

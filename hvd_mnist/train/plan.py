@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hvd_mnist.config import TrainConfig, flag
 from hvd_mnist.errors import UserError
 
+if TYPE_CHECKING:  # a plain value the Supervisor hands over; importing it for real would load Horovod
+    from hvd_mnist.runtime.supervisor import Limit
+
 # Bytes a step holds per activation float: float32 values, their gradients, and one temporary of each.
 BYTES_PER_ACTIVATION = 3 * 4
+
+
+def size(nbytes: int) -> str:
+    """'411 MiB' or '58.0 GiB': a memory size as a person reads it."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 @dataclass(frozen=True)
@@ -47,9 +56,10 @@ class BatchPlan:
         saves a round trip through Horovod's background thread."""
         return self.world_size > 1
 
-    def check_fits(self, train_examples: int, activations_per_example: int, memory_bytes: int) -> None:
+    def check_fits(self, train_examples: int, activations_per_example: int, rank: int, memory: Limit) -> None:
         """UserError, naming the sizes, for a batch that one rank's shard cannot fill (the input pipeline would
-        look for it forever) or whose step cannot fit in this rank's share of the memory."""
+        look for it forever) or whose step cannot fit in what is left under `rank`'s tightest memory limit (the
+        line names it: a container's cgroup, an rlimit, or the machine's available memory)."""
         per_step = self.batch_size * self.micro_batches
         shard = train_examples // self.world_size
         what = flag("batch_size") + f" {self.batch_size}"
@@ -59,9 +69,9 @@ class BatchPlan:
             raise UserError(f"{what} is more than a rank's share of the training data: {shard} examples "
                             f"({train_examples} over {self.world_size} rank(s))")
         need = self.batch_size * activations_per_example * BYTES_PER_ACTIVATION
-        if need > memory_bytes:
-            raise UserError(f"{flag('batch_size')} {self.batch_size} needs about {need / 2**30:.1f} GiB for one step's "
-                            f"activations; this rank has {memory_bytes / 2**30:.1f} GiB of memory available")
+        if need > memory.headroom:
+            raise UserError(f"{flag('batch_size')} {self.batch_size} needs about {size(need)} for one step's "
+                            f"activations; rank {rank} has {size(memory.headroom)} left, at {memory.describe()}")
 
     def describe(self) -> str:
         accumulation = f" x {self.micro_batches} micro-batches" if self.micro_batches > 1 else ""

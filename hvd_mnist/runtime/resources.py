@@ -1,0 +1,194 @@
+"""What a rank may use and what it ran out of: its memory limits, read where the kernel enforces them, and the
+resource an exception says is exhausted.
+
+/proc/meminfo describes the machine, not the container, pod or Slurm job a rank runs in: its cgroup's limit
+(v1 or v2, its own and every ancestor's) and its rlimits are what end it, by the OOM killer's SIGKILL or by an
+allocation that fails. A limit that several ranks of a node share (one cgroup) is divided among them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from hvd_mnist.errors import RanOut, first_line
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+UNLIMITED = 1 << 62  # a cgroup v1 "no limit" is 2^63 rounded down to a page: anything above this is none
+NEAR_LIMIT = 0.9  # a rank at this fraction of its limit is near it (a death then is most likely the OOM killer)
+MIB = 2**20
+LAUNCHER_RANKS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")  # a rank before Horovod's
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit on this rank's memory: its name, this rank's share of it, and what the rank uses of it now."""
+
+    name: str
+    limit: int
+    used: int
+
+    @property
+    def headroom(self) -> int:
+        return max(self.limit - self.used, 0)
+
+    def describe(self) -> str:
+        """'410 of 420 MiB (cgroup v1 limit)'."""
+        return f"{self.used / MIB:.0f} of {self.limit / MIB:.0f} MiB ({self.name})"
+
+
+def _status() -> dict[str, int]:
+    """This process's /proc/self/status sizes in bytes (VmRSS, VmHWM, VmSize, VmData)."""
+    sizes = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if value.strip().endswith("kB"):
+                sizes[key] = int(value.split()[0]) * 1024
+    return sizes
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_dirs() -> list[tuple[str, Path]]:
+    """('v1'|'v2', directory) of this process's memory cgroup and each ancestor's, innermost first."""
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            version, base = "v1", CGROUP_ROOT / "memory"
+        elif controllers == "" and (CGROUP_ROOT / "cgroup.controllers").exists():
+            version, base = "v2", CGROUP_ROOT
+        else:
+            continue
+        here = base / path.lstrip("/")
+        while here != base.parent and base in (here, *here.parents):
+            found.append((version, here))
+            here = here.parent
+    return found
+
+
+def _working_set(version: str, directory: Path) -> int:
+    """A cgroup's usage less its inactive page cache, which the kernel reclaims before it kills (the working set
+    that Kubernetes compares with the limit)."""
+    usage = _read_int(directory / ("memory.usage_in_bytes" if version == "v1" else "memory.current")) or 0
+    inactive = 0
+    try:
+        for line in (directory / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == ("total_inactive_file" if version == "v1" else "inactive_file"):
+                inactive = int(value)
+    except OSError:
+        pass
+    return max(usage - inactive, 0)
+
+
+def cgroup_key() -> str:
+    """The innermost memory cgroup that limits this process ('' if none): ranks of a node with the same key
+    share that limit."""
+    for version, directory in _cgroup_dirs():
+        if (_read_int(directory / ("memory.limit_in_bytes" if version == "v1" else "memory.max")) or UNLIMITED) \
+                < UNLIMITED:
+            return str(directory)
+    return ""
+
+
+def _available() -> int:
+    """MemAvailable: free memory plus what the kernel can reclaim."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def limits(share: int = 1) -> list[Limit]:
+    """Every limit that applies to this rank, `share` ranks of this node sharing the cgroup's and the machine's."""
+    sizes = _status()
+    rss = sizes.get("VmRSS", 0)
+    found = [Limit("MemAvailable", rss + _available() // share, rss)]
+    for version, directory in _cgroup_dirs():
+        limit = _read_int(directory / ("memory.limit_in_bytes" if version == "v1" else "memory.max"))
+        if limit is not None and limit < UNLIMITED:
+            found.append(Limit(f"cgroup {version} limit", limit // share, _working_set(version, directory) // share))
+    for name, measure in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+        soft = resource.getrlimit(getattr(resource, name))[0]
+        if soft != resource.RLIM_INFINITY:
+            found.append(Limit(name, soft, sizes.get(measure, 0)))
+    return found
+
+
+def tightest(share: int = 1) -> Limit:
+    """The limit with the least headroom left: the one that ends this rank first."""
+    return min(limits(share), key=lambda limit: limit.headroom)
+
+
+def memory_report(share: int = 1) -> dict:
+    """This rank's memory for its heartbeat: resident size, peak, and its tightest limit with its use of it."""
+    sizes, limit = _status(), tightest(share)
+    return {"rss": sizes.get("VmRSS", 0), "peak": sizes.get("VmHWM", 0), "limit": limit.limit,
+            "limit_used": limit.used, "limit_name": limit.name}
+
+
+def near_limit(report: dict) -> str | None:
+    """'410 of 420 MiB (cgroup v1 limit)' for a memory report at NEAR_LIMIT or above; else None."""
+    if not report or report.get("limit_used", 0) < NEAR_LIMIT * report.get("limit", 0):
+        return None
+    return Limit(report["limit_name"], report["limit"], report["limit_used"]).describe()
+
+
+def ran_out_of(error: BaseException) -> str | None:
+    """The resource `error` says is exhausted, 'memory', 'threads' or 'open files', or None for any other error
+    (TensorFlow's ResourceExhaustedError is a GPU's out of memory or a CPU allocation refused, but also a full disk
+    or a quota, which writes.py names). Known by its class's name: `tf.errors` is imported lazily, which a rank out
+    of files or memory may be unable to do."""
+    exhausted = "ResourceExhaustedError" in (cls.__name__ for cls in type(error).__mro__)
+    if isinstance(error, MemoryError) or (exhausted and re.search(r"\bOOM\b|alloc|out of memory", str(error), re.I)):
+        return "memory"
+    if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+        return "threads"
+    if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
+        return "open files"
+    return None
+
+
+ADVICE = {
+    "memory": "lower --batch-size, or give each rank more memory (the container's, pod's or job's limit)",
+    "threads": "raise the limit on processes and threads (ulimit -u, the pids cgroup) or on memory, which each "
+               "thread's stack takes from (ulimit -v)",
+    "open files": "raise the limit on open files (ulimit -n)",
+}
+
+
+def ran_out(error: BaseException, rank: int | None = None) -> RanOut | None:
+    """The one line for an `error` that says a resource ran out, naming the rank (the launcher's, before Horovod
+    knows it), the resource and, for memory, the limit it met; None for any other error."""
+    what = ran_out_of(error)
+    if what is None:
+        return None
+    if rank is None:
+        rank = next((os.environ[name] for name in LAUNCHER_RANKS if name in os.environ), 0)
+    where = ""
+    if what == "memory":
+        with contextlib.suppress(OSError):
+            where = f" at {tightest().describe()}"
+    detail = next((line.strip() for line in str(error).splitlines() if line.startswith("OOM ")), first_line(error))
+    return RanOut(f"rank {rank} ran out of {what}{where}: {detail[:200]}; {ADVICE[what]}")
