@@ -24,6 +24,7 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--resume", action="store_true")
 parser.add_argument("--jit-compile", action="store_true")
+parser.add_argument("--batchnorm", action="store_true", help="a BatchNormalization layer between the two")
 args = parser.parse_args()
 
 hvd.init()
@@ -33,7 +34,8 @@ labels = np.argmax(images @ np.random.default_rng(1).normal(size=(20, 4)), axis=
 # Rank r takes every size-th example from r: batch i of every rank together is batch i of one rank at size x batch.
 images, labels = images[hvd.rank()::hvd.size()], labels[hvd.rank()::hvd.size()]
 
-model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(4)])
+norm = [keras.layers.BatchNormalization()] if args.batchnorm else []
+model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(16, activation="relu"), *norm, keras.layers.Dense(4)])
 optimizer = keras.optimizers.SGD(0.1, momentum=0.5) if args.optimizer == "sgd" else keras.optimizers.Adam(0.01)
 if args.wrapper == "horovod":
     import horovod.tensorflow.keras as horovod_keras

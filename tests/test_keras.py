@@ -51,6 +51,16 @@ def test_fit_ends_with_identical_weights_slots_and_logs(tmp_path, optimizer, lau
     assert logs["loss"][-1] < logs["loss"][0]
 
 
+def test_batchnorm_statistics_end_equal_on_every_rank(tmp_path):
+    """BatchNormalization's moving mean and variance follow each rank's own shard; the broadcast callback
+    averages them at each epoch's end, so the ranks end equal (weights 0-1 and 6-7 dense, 2-5 the norm's)."""
+    rank0, rank1 = ended(tmp_path, 2, "--batchnorm")
+    assert len(arrays(rank0, "weight")) == 8
+    for name in rank0:
+        if name != "logs":
+            np.testing.assert_array_equal(rank1[name], rank0[name], err_msg=name)
+
+
 def test_two_ranks_equal_one_rank_with_twice_the_batch(tmp_path):
     (two,) = ended(tmp_path / "np2", 2, "--batch-size", "16")[:1]
     (one,) = ended(tmp_path / "np1", 1, "--batch-size", "32", launcher="python")

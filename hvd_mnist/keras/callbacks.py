@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.keras.ops import broadcast_variables, model_variables
+from hvd_mnist.keras.ops import average_variables, broadcast_variables, model_variables, tensor_of
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -18,6 +18,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     Runs at the start of training, after Keras has built the optimizer's slots and after whatever the script
     restored before `fit`; so a restore on one rank (or on all) continues on every rank. `local_variables`
     (Keras or tf variables) keep each rank's own values, for layers that differ between ranks by design.
+
+    At each epoch's end (before the callbacks listed after it, a checkpoint's among them) the model's
+    non-trainable float variables, which each rank updates from its own shard (BatchNormalization's moving
+    mean and variance), are averaged over the ranks, so every rank ends each epoch with the same state.
     """
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables: list | None = None) -> None:
@@ -28,6 +32,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         if hvd.size() > 1:
             broadcast_variables(model_variables(self.model, skip=self.local_variables), root_rank=self.root_rank)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        skipped = {id(tensor_of(v)) for v in self.local_variables}
+        average_variables([v for v in self.model.non_trainable_variables
+                           if v.dtype in ("float16", "bfloat16", "float32", "float64")
+                           and id(tensor_of(v)) not in skipped])
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

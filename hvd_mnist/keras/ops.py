@@ -49,3 +49,19 @@ def broadcast_variables(variables: Iterable, root_rank: int = 0) -> None:
 def _broadcast_group(variables: list[tf.Variable], root_rank: int) -> None:
     for position, var in enumerate(variables):
         var.assign(hvd.broadcast(var, root_rank, name=f"hvd_mnist_keras_broadcast.{position}"))
+
+
+def average_variables(variables: Iterable) -> None:
+    """Assign each variable the average of its values over the ranks, in one grouped allreduce: the state that
+    every rank updates from its own data alone (BatchNormalization's moving statistics) made equal again."""
+    variables = [tensor_of(v) for v in variables]
+    if variables and hvd.size() > 1:
+        _average_group(variables)
+
+
+@tf.function(autograph=False, reduce_retracing=True)
+def _average_group(variables: list[tf.Variable]) -> None:
+    averages = hvd.grouped_allreduce([var.read_value() for var in variables], op=hvd.Average,
+                                     name="hvd_mnist_keras_average")
+    for var, average in zip(variables, averages, strict=True):
+        var.assign(average)
