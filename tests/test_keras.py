@@ -93,3 +93,17 @@ def test_jit_compile_is_refused_in_one_line(tmp_path):
     proc = fit(tmp_path, "python", 1, "--jit-compile")
     assert proc.returncode != 0
     assert "XLA cannot compile Horovod's allreduce: compile the model with jit_compile=False" in proc.stderr
+
+
+def test_sync_batch_normalization_normalizes_the_global_batch(tmp_path):
+    """Two ranks, each with half of a batch, normalize as Keras's BatchNormalization does the whole batch (its
+    outputs for their rows and the moving statistics); each half alone would give other numbers."""
+    argv = [*launcher_prefix("gloo", 2), sys.executable, str(ROOT / "tests" / "syncbn_probe.py"), str(tmp_path)]
+    proc = subprocess.run(argv, env=launcher_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    for rank in (0, 1):
+        got = np.load(tmp_path / f"syncbn{rank}.npz")
+        np.testing.assert_allclose(got["synced"], got["plain"][got["rows"]], atol=1e-5)
+        for stat in ("mean", "variance"):
+            np.testing.assert_allclose(got[f"synced_{stat}"], got[f"plain_{stat}"], atol=1e-5)
+        assert not np.allclose(got["synced"], got["alone"], atol=1e-3)  # what an unsynchronized rank computes
