@@ -12,7 +12,7 @@ import pytest
 from bench import published
 from bench.configs import Config, cpu_configs, plan_for, read_result  # conftest's helpers put scripts/ on sys.path
 from bench.phases import PHASES, durations
-from bench.race import RIVALS, race_contenders, race_possible, race_target
+from bench.race import RIVALS, race_contenders, race_possible, race_target, race_targets
 from bench.report import write_results
 from bench.runs import run_config
 from helpers import ROOT
@@ -134,14 +134,17 @@ def test_phases_add_up_to_the_wall_time_and_take_validation_out_of_training():
                       "exit": 1.0}
 
 
-def test_racers_are_the_faster_hvd_launcher_the_rivals_and_the_fastest_peer_at_batch_100():
+def test_racers_are_the_faster_hvd_launcher_the_rivals_keras_fit_and_the_fastest_peer_at_batch_100():
     configs = cpu_configs()
     rates = {"hvd_np2_gloo": 20_000, "hvd_np2_mpirun": 44_000, "peer_mwms": 29_000, "peer_torch_ddp": 27_000,
              "peer_hvd_example": 15_000}
     summary = {key: {100: {"examples_per_sec": {"median": rate}}} for key, rate in rates.items()}
     racers = {role: config.key for role, config in race_contenders(summary, configs).items()}
     assert racers == {"hvd_mnist": "hvd_np2_mpirun", "peer_torch_ddp": "peer_torch_ddp",
-                      "peer_hvd_example": "peer_hvd_example", "peer_mwms": "peer_mwms"}
+                      "peer_hvd_example": "peer_hvd_example", "peer_keras_fit": "peer_keras_fit",
+                      "peer_mwms": "peer_mwms"}
+    assert set(race_targets(None)) == {"time_to_accuracy_within_0.75x_peer_torch_ddp",
+                                       "time_to_accuracy_within_0.75x_peer_hvd_example"}  # none for Keras fit
     assert race_contenders({}, configs)["hvd_mnist"] is None
     assert not race_possible([c for c in configs if c.key in ("floor", "peer_torch_ddp")])
 
