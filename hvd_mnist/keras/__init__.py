@@ -47,10 +47,10 @@ from horovod.tensorflow import (
     stop_timeline,
 )
 
-from hvd_mnist.keras import callbacks, elastic
-from hvd_mnist.keras.ops import broadcast_variables, tensor_of
-from hvd_mnist.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
-from hvd_mnist.keras.sync_batch_norm import SyncBatchNormalization
+from . import callbacks, elastic
+from .ops import broadcast_variables, tensor_of
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from .sync_batch_norm import SyncBatchNormalization
 
 __all__ = [
     "Average",

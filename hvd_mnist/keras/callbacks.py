@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.keras.ops import average_variables, broadcast_variables, model_variables, tensor_of
+from .ops import average_variables, broadcast_variables, model_variables, tensor_of
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):

@@ -10,7 +10,7 @@ from horovod._keras.elastic import CommitStateCallbackImpl, UpdateBatchStateCall
 from horovod.common.elastic import ObjectState
 from horovod.tensorflow.elastic import run
 
-from hvd_mnist.keras.ops import broadcast_variables, model_variables
+from .ops import broadcast_variables, model_variables
 
 __all__ = ["CommitStateCallback", "KerasState", "UpdateBatchStateCallback", "UpdateEpochStateCallback", "run"]
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import control_flow_util
 
-from hvd_mnist.keras.ops import tensor_of
+from .ops import tensor_of
 
 
 def _key(var) -> object:

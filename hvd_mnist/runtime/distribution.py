@@ -162,7 +162,7 @@ def placement(world: World, elastic: bool) -> str:
 
 
 def on_chief(world: World, action: Callable[[], Any], name: str) -> Any:
-    """Run `action` on rank 0 only and hand its result, or its UserError, to every rank.
+    """Run `action` on rank 0 only and hand its result, or its UserError, to every rank (HVD: rank 0 writes).
 
     Without this, a check that fails on rank 0 alone (say, an unwritable output directory) would
     leave the other ranks waiting forever in their next collective operation.

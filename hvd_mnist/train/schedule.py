@@ -16,7 +16,8 @@ def learning_rate(
     scale: tf.Tensor | float = 1.0,
     warmup_steps: int = 0,
 ) -> tf.Tensor:
-    """base_lr * decay_rate ** (step / decay_steps), times a factor that ramps linearly from 1 to `scale`.
+    """base_lr * decay_rate ** (step / decay_steps), times a factor that ramps linearly from 1 to `scale`
+    (HVD: the learning rate scaled by the number of ranks, reached over a warm-up).
 
     With `--scale-lr`, scale is hvd.size() and the ramp lasts `warmup_steps` (Goyal et al., 2017); with a
     scale of 1 the factor is exactly 1.
