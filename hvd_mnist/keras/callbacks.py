@@ -19,9 +19,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     restored before `fit`; so a restore on one rank (or on all) continues on every rank. `local_variables`
     (Keras or tf variables) keep each rank's own values, for layers that differ between ranks by design.
 
-    At each epoch's end (before the callbacks listed after it, a checkpoint's among them) the model's
-    non-trainable float variables, which each rank updates from its own shard (BatchNormalization's moving
-    mean and variance), are averaged over the ranks, so every rank ends each epoch with the same state.
+    At each epoch's end (before the callbacks listed after it, a checkpoint's among them) BatchNormalization's
+    moving mean and variance, which each rank updates from its own shard, are averaged over the ranks, so every
+    rank ends each epoch with the same state.
     """
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables: list | None = None) -> None:
@@ -34,10 +34,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             broadcast_variables(model_variables(self.model, skip=self.local_variables), root_rank=self.root_rank)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Only BatchNormalization's own statistics: a frozen layer's weights are equal on every rank already, and
+        SyncBatchNormalization's statistics are those of the global batch."""
         skipped = {id(tensor_of(v)) for v in self.local_variables}
-        average_variables([v for v in self.model.non_trainable_variables
-                           if v.dtype in ("float16", "bfloat16", "float32", "float64")
-                           and id(tensor_of(v)) not in skipped])
+        average_variables([v for layer in self.model._flatten_layers(include_self=False)
+                           if type(layer) is keras.layers.BatchNormalization
+                           for v in (layer.moving_mean, layer.moving_variance) if id(tensor_of(v)) not in skipped])
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

@@ -110,15 +110,16 @@ class _Distributed:
         self._hvd_state.local.add(_key(var))
 
     def apply(self, grads, trainable_variables=None):
-        """What `fit` and `apply_gradients` call: the gradients reduced (unless compute_gradients already did),
-        then applied, or with backward_passes_per_step only on every N-th call."""
+        """What `fit` and `apply_gradients` call: the gradients reduced (unless compute_gradients reduced them
+        since the last apply: then they are applied as given, clipped or cast by the script or not, as Horovod's
+        Keras 2 layer did), then applied, or with backward_passes_per_step only on every N-th call."""
         grads = list(grads)
         if trainable_variables is None and not self.built:
             return super().apply(grads)  # Keras refuses this, in its own words
         variables = list(self._trainable_variables if trainable_variables is None else trainable_variables)
         reduced, self._hvd_state.reduced = self._hvd_state.reduced, None
-        if reduced is None or [id(g) for g in grads] != [id(r) for r in reduced]:
-            grads = self._hvd_reduce(grads, variables)  # not the very tensors compute_gradients returned
+        if reduced is None:
+            grads = self._hvd_reduce(grads, variables)
         aggregation = self._hvd_state.aggregation
         if aggregation is None:
             return super().apply(grads, variables)

@@ -28,10 +28,11 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         if self.process_set.size() == 1:
             return super()._moments(inputs, mask)
         axes = self._reduction_axes
-        weights = tf.ones_like(inputs) if mask is None else tf.broadcast_to(
-            tf.cast(mask, inputs.dtype)[..., tf.newaxis], tf.shape(inputs))
-        local = tf.stack([tf.reduce_sum(inputs * weights, axes), tf.reduce_sum(tf.square(inputs) * weights, axes),
-                          tf.reduce_sum(weights, axes)])
+        kept = tf.ones_like(inputs, tf.bool) if mask is None else tf.broadcast_to(
+            tf.cast(mask, tf.bool)[..., tf.newaxis], tf.shape(inputs))
+        values = tf.where(kept, inputs, tf.zeros_like(inputs))  # a masked NaN or Inf never reaches the sums
+        local = tf.stack([tf.reduce_sum(values, axes), tf.reduce_sum(tf.square(values), axes),
+                          tf.reduce_sum(tf.cast(kept, inputs.dtype), axes)])
         total, total_squares, count = tf.unstack(hvd.allreduce(local, op=hvd.Sum, process_set=self.process_set))
         mean = tf.math.divide_no_nan(total, count)
         variance = tf.maximum(tf.math.divide_no_nan(total_squares, count) - tf.square(mean), 0.0)

@@ -204,7 +204,7 @@ class Replica:
             grads = reduced
         lr = self.learning_rate()
         for var, grad in zip(variables, grads, strict=True):  # var -= lr * grad, in place, one kernel a variable
-            tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=lr, delta=grad)
+            tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=tf.cast(lr, var.dtype), delta=grad)
         self.ema.update(variables, self.step)
         self.step.assign_add(1)
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
