@@ -331,9 +331,10 @@ class WorkerHeartbeats(Heartbeats):
         threading.Thread(target=self._read_chief, name="hvd-mnist-heartbeats-in", daemon=True).start()
         with contextlib.suppress(OSError, ValueError):
             self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank))})
-            sent = time.monotonic()
+            sent, memory = time.monotonic(), {}
             while not self._stopped.wait(MEMORY_EVERY_S):  # near its limit, each sample goes: it may be the last
-                memory = self.memory()
+                with contextlib.suppress(OSError, MemoryError):  # out of files or memory: the last sample stands
+                    memory = self.memory()
                 if time.monotonic() - sent >= HEARTBEAT_S or near_limit(memory):
                     self._chief.send({"step": self.step, **self.whereabouts.report(), "memory": memory})
                     sent = time.monotonic()

@@ -188,7 +188,7 @@ def ran_out(error: BaseException, rank: int | None = None) -> RanOut | None:
         rank = next((os.environ[name] for name in LAUNCHER_RANKS if name in os.environ), 0)
     where = ""
     if what == "memory":
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, MemoryError):
             where = f" at {tightest().describe()}"
     detail = next((line.strip() for line in str(error).splitlines() if line.startswith("OOM ")), first_line(error))
     return RanOut(f"rank {rank} ran out of {what}{where}: {detail[:200]}; {ADVICE[what]}")
