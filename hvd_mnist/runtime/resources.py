@@ -98,14 +98,17 @@ def _working_set(version: str, directory: Path) -> int:
     return max(usage - inactive, 0)
 
 
+def _cgroup_limit(version: str, directory: Path) -> int | None:
+    """A cgroup's memory limit in bytes; None where it sets none."""
+    limit = _read_int(directory / ("memory.limit_in_bytes" if version == "v1" else "memory.max"))
+    return limit if limit is not None and limit < UNLIMITED else None
+
+
 def cgroup_key() -> str:
     """The innermost memory cgroup that limits this process ('' if none): ranks of a node with the same key
     share that limit."""
-    for version, directory in _cgroup_dirs():
-        if (_read_int(directory / ("memory.limit_in_bytes" if version == "v1" else "memory.max")) or UNLIMITED) \
-                < UNLIMITED:
-            return str(directory)
-    return ""
+    return next((str(directory) for version, directory in _cgroup_dirs()
+                 if _cgroup_limit(version, directory) is not None), "")
 
 
 def _available() -> int:
@@ -120,14 +123,14 @@ def _available() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def limits(share: int = 1) -> list[Limit]:
-    """Every limit that applies to this rank, `share` ranks of this node sharing the cgroup's and the machine's."""
-    sizes = _status()
+def limits(share: int = 1, sizes: dict[str, int] | None = None) -> list[Limit]:
+    """Every limit that applies to this rank, `share` ranks of this node sharing the cgroup's and the machine's
+    (`sizes`: this process's /proc/self/status sizes, where the caller has read them already)."""
+    sizes = _status() if sizes is None else sizes
     rss = sizes.get("VmRSS", 0)
     found = [Limit("MemAvailable", rss + _available() // share, rss)]
     for version, directory in _cgroup_dirs():
-        limit = _read_int(directory / ("memory.limit_in_bytes" if version == "v1" else "memory.max"))
-        if limit is not None and limit < UNLIMITED:
+        if (limit := _cgroup_limit(version, directory)) is not None:
             found.append(Limit(f"cgroup {version} limit", limit // share, _working_set(version, directory) // share))
     for name, measure in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
         soft = resource.getrlimit(getattr(resource, name))[0]
@@ -136,14 +139,15 @@ def limits(share: int = 1) -> list[Limit]:
     return found
 
 
-def tightest(share: int = 1) -> Limit:
+def tightest(share: int = 1, sizes: dict[str, int] | None = None) -> Limit:
     """The limit with the least headroom left: the one that ends this rank first."""
-    return min(limits(share), key=lambda limit: limit.headroom)
+    return min(limits(share, sizes), key=lambda limit: limit.headroom)
 
 
 def memory_report(share: int = 1) -> dict:
     """This rank's memory for its heartbeat: resident size, peak, and its tightest limit with its use of it."""
-    sizes, limit = _status(), tightest(share)
+    sizes = _status()  # read once a sample: for the report and for the limits
+    limit = tightest(share, sizes)
     return {"rss": sizes.get("VmRSS", 0), "peak": sizes.get("VmHWM", 0), "limit": limit.limit,
             "limit_used": limit.used, "limit_name": limit.name}
 
