@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import UserError
+from hvd_mnist.model_registry import MODELS  # the built-in ones; --model MODULE:FUNCTION names a user's
 
 MNIST_TRAIN_EXAMPLES = 60_000
-MODELS = ("mlp", "lenet5")  # the built-in models; --model MODULE:FUNCTION names one of the user's (train/user_model)
 USER_MODEL = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 EXPORTS = ("final", "best", "none")
 # Where the defaults differ from the classic multi-GPU tower script (`--classic` restores these): its LR was

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import horovod.tensorflow as hvd
 
-from hvd_mnist.config import MODELS, TrainConfig
+from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.errors import UserError
+from hvd_mnist.model_registry import MODELS
 from hvd_mnist.runtime.distribution import World, on_chief, placement, setup_world
 from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.startup import phase_done
 from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.train.loop import RunResult, TrainingLoop
-from hvd_mnist.train.model import ACTIVATIONS_PER_EXAMPLE, build_model
 from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.reporting import configure_logging
+from hvd_mnist.train.user_model import build_model
 
 log = logging.getLogger("hvd_mnist")
 GLOO_MARGIN_S = 30
@@ -66,8 +67,8 @@ def run_session(config: TrainConfig) -> RunResult:
             raise UserError(f"{len(data.train)} training examples cannot be shared among {world.size} ranks")
         if config.model not in MODELS:  # a model of the user's that cannot be built is refused before any file
             build_model(config.model, seed=config.seed)
-        BatchPlan.of(config, world.size).check_fits(len(data.train), ACTIVATIONS_PER_EXAMPLE.get(config.model, 0),
-                                                     *supervisor.memory_limit(world))
+        activations = MODELS[config.model].activations if config.model in MODELS else 0  # unknown for a user's
+        BatchPlan.of(config, world.size).check_fits(len(data.train), activations, *supervisor.memory_limit(world))
         run_dir = open_run_dir(config, world, supervisor)
         supervisor.run_dir_known(run_dir, world.is_chief)
         phase_done("run_dir_ready")

@@ -38,10 +38,6 @@ from functools import partial
 from pathlib import Path
 
 from bench.scaling import (
-    FORWARD_MACS,
-    GRADIENT_TENSORS,
-    MODEL_LABELS,
-    PARAMS,
     compute_for_efficiency,
     fit_alpha_bandwidth,
     gbit_to_bytes_per_s,
@@ -50,7 +46,7 @@ from bench.scaling import (
     ring_allreduce_seconds,
 )
 
-from hvd_mnist.config import MODELS  # the built-in models, one list for the package and this plan
+from hvd_mnist.model_registry import MODELS  # the built-in models, one registry for the package and this plan
 
 TARGET = 0.9
 # docs/history.md, "2026-12-03: Gloo's event loop (TensorFlow 2.21)", full run 1: the compute floor
@@ -59,9 +55,9 @@ TARGET = 0.9
 MLP_CPU_MS = {100: 2.05, 1000: 10.78}
 MLP_CPU_SOURCE = ("measured: docs/history.md, compute floor, TF 2.21, 2026-12-03 'Gloo's event loop', run 1 "
                   "(one process, 2 threads on a 2-core VM)")
-LENET5_RATIO = FORWARD_MACS["lenet5"] / FORWARD_MACS["mlp"]
+LENET5_RATIO = MODELS["lenet5"].forward_macs / MODELS["mlp"].forward_macs  # backward ~ 2x forward in both
 LENET5_SOURCE = (f"PLACEHOLDER, not measured: the MLP's CPU time x {LENET5_RATIO:.1f}, LeNet-5's / the MLP's "
-                 "forward multiply-adds (12,273,152 / 397,000)")
+                 f"forward multiply-adds ({MODELS['lenet5'].forward_macs:,} / {MODELS['mlp'].forward_macs:,})")
 MARKERS = {"plan": ("<!-- scaling_plan.py: plan begin -->", "<!-- scaling_plan.py: plan end -->"),
            "measured": ("<!-- scaling_plan.py: measured begin -->", "<!-- scaling_plan.py: measured end -->")}
 # The Horovod paper's models, for the comparison with its 88% on 128 GPUs over 25 GbE. Trainable parameters as
@@ -135,8 +131,8 @@ class Plan:
 def _ms_table(raw: dict, what: str) -> dict[str, dict[int, float]]:
     table = {}
     for model, per_batch in raw.items():
-        if model not in PARAMS:
-            raise ValueError(f"{what}: unknown model {model!r} (known: {', '.join(PARAMS)})")
+        if model not in MODELS:
+            raise ValueError(f"{what}: unknown model {model!r} (known: {', '.join(MODELS)})")
         table[model] = {int(batch): float(ms) / 1000 for batch, ms in per_batch.items()}
     return table
 
@@ -258,15 +254,15 @@ def inputs_section(plan: Plan) -> list[str]:
     lines = ["### Inputs", "", "| input | value | source |", "|---|---|---|"]
     for model in MODELS:
         times = ", ".join(f"{fmt_ms(s)} ms at batch {b}" for b, s in sorted(plan.compute_s[model].items()))
-        lines.append(f"| {MODEL_LABELS[model]} compute per step (CPU) | {times} | {plan.compute_source[model]} |")
+        lines.append(f"| {MODELS[model].label} compute per step (CPU) | {times} | {plan.compute_source[model]} |")
     for model, per_batch in plan.gpu_compute_s.items():
         times = ", ".join(f"{fmt_ms(s)} ms at batch {b}" for b, s in sorted(per_batch.items()))
-        lines.append(f"| {MODEL_LABELS[model]} compute per step (GPU) | {times} | given, not measured here |")
+        lines.append(f"| {MODELS[model].label} compute per step (GPU) | {times} | given, not measured here |")
     if not plan.gpu_compute_s:
         lines.append("| compute per step (GPU) | - | not measured: no GPU run yet; pass `--gpu-compute-ms` |")
-    for model in MODELS:
-        lines.append(f"| {MODEL_LABELS[model]} gradient S | {PARAMS[model]:,} float32 = {gradient_bytes(model):,} "
-                     f"bytes ({gradient_bytes(model, True):,} with fp16) | parameter count, scripts/bench/scaling.py |")
+    for model, record in MODELS.items():
+        lines.append(f"| {record.label} gradient S | {record.params:,} float32 = {gradient_bytes(model):,} bytes "
+                     f"({gradient_bytes(model, True):,} with fp16) | parameter count, hvd_mnist/model_registry.py |")
     lines += [f"| link rates B (per rank) | {', '.join(fmt_rate(g) for g in plan.links_gbit)} | the plan's grid |",
               f"| alpha (per message) | {plan.alpha_s * 1e6:g} us | assumption for datacenter TCP/RDMA links |",
               f"| overlap | {plan.overlap:g} | Horovod with these small models: the fused allreduce starts after "
@@ -285,7 +281,7 @@ def allreduce_section(plan: Plan) -> list[str]:
              "per step to scale at 0.9.", ""]
     for model in MODELS:
         size = gradient_bytes(model)
-        lines += [f"**{MODEL_LABELS[model]}** (S = {size / 1e6:.2f} MB)", "",
+        lines += [f"**{MODELS[model].label}** (S = {size / 1e6:.2f} MB)", "",
                   "| N | " + " | ".join(f"{fmt_rate(g)}: allreduce ms | compute for 0.9 ms" for g in plan.links_gbit)
                   + " |", "|---:|" + "---:|---:|" * len(plan.links_gbit)]
         for n in plan.workers:
@@ -304,7 +300,7 @@ def step_section(plan: Plan, compute: dict[str, dict[int, float]], device: str) 
              "Step ms = compute + allreduce; efficiency = compute / step (bold: under 0.9).", ""]
     for model in MODELS:
         for batch, compute_s in sorted(compute.get(model, {}).items()):
-            lines += [f"**{MODEL_LABELS[model]}, per-worker batch {batch}** (compute {fmt_ms(compute_s)} ms/step)",
+            lines += [f"**{MODELS[model].label}, per-worker batch {batch}** (compute {fmt_ms(compute_s)} ms/step)",
                       "", "| N | global batch | " + " | ".join(f"{fmt_rate(g)}: step ms | efficiency"
                                                          for g in plan.links_gbit) + " |",
                       "|---:|---:|" + "---:|---:|" * len(plan.links_gbit)]
@@ -357,9 +353,9 @@ def remedies_section(plan: Plan) -> list[str]:
                 need = compute_for_efficiency(TARGET, plan.exposed(top, s32, gbit))
                 wanted = math.ceil(batch_for(plan.compute_s[model], need))
                 cells.append("-" if need <= c else f"{wanted:,} ({wanted * top:,})")
-                extra_latency = (GRADIENT_TENSORS[model] - 1) * 2 * (top - 1) * plan.alpha_s
+                extra_latency = (MODELS[model].gradient_tensors - 1) * 2 * (top - 1) * plan.alpha_s
                 cells.append(fmt_eff(c / (c + plan.exposed(top, s32, gbit) + (1 - plan.overlap) * extra_latency)))
-                lines.append(f"| {MODEL_LABELS[model]} | {batch} | {fmt_rate(gbit)} | " + " | ".join(cells) + " |")
+                lines.append(f"| {MODELS[model].label} | {batch} | {fmt_rate(gbit)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -397,7 +393,7 @@ def predicted(plan: Plan, entry: dict) -> float:
 
 
 def _what(entry: dict) -> str:
-    what = f"{MODEL_LABELS[entry['model']]} {entry['kind']}"
+    what = f"{MODELS[entry['model']].label} {entry['kind']}"
     if entry["kind"] == "step":
         what += f", batch {entry['batch']}"
     what += ", fp16" if entry["fp16"] else ", fp32"
@@ -508,7 +504,7 @@ def chart(plan: Plan, path: Path) -> None:
         ax.set_xlabel("workers N (per-worker batch fixed)")
         ax.set_ylabel("predicted efficiency = compute / step")
         placeholder = " (compute: PLACEHOLDER)" if plan.compute_source[model] == LENET5_SOURCE else ""
-        ax.set_title(f"{MODEL_LABELS[model]}, CPU compute{placeholder}\nring allreduce, alpha "
+        ax.set_title(f"{MODELS[model].label}, CPU compute{placeholder}\nring allreduce, alpha "
                      f"{plan.alpha_s * 1e6:g} us, no overlap", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
@@ -543,11 +539,11 @@ def _gpu_flag(text: str) -> tuple[str, int, float]:
     try:
         key, ms = text.split("=")
         model, batch = key.split(":")
-        if model not in PARAMS:
+        if model not in MODELS:
             raise ValueError
         return model, int(batch), float(ms)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MODEL:BATCH=MS with MODEL one of {', '.join(PARAMS)}, "
+        raise argparse.ArgumentTypeError(f"expected MODEL:BATCH=MS with MODEL one of {', '.join(MODELS)}, "
                                          f"e.g. mlp:100=0.4; got {text!r}") from None
 
 

@@ -8,8 +8,9 @@ import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
-from hvd_mnist.train.model import Classifier, build_model
+from hvd_mnist.train.model import Classifier
 from hvd_mnist.train.schedule import MovingAverage
+from hvd_mnist.train.user_model import build_model
 
 
 class ServingModel(tf.Module):

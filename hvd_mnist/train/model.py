@@ -80,32 +80,6 @@ class LeNet5(Classifier):
         return tf.cast(tf.matmul(x, c(self.fc2_w)) + c(self.fc2_b), tf.float32)
 
 
-# Floats a model keeps per example in a training step (inputs, each layer's output before and after its
-# activation, pooling, logits): what decides whether a batch fits in memory (BatchPlan.check_fits).
-_SIDE = IMAGE_SIDE
-ACTIVATIONS_PER_EXAMPLE = {
-    "mlp": NUM_PIXELS + 2 * 500 + NUM_CLASSES,
-    "lenet5": NUM_PIXELS + 2 * _SIDE**2 * 32 + (_SIDE // 2) ** 2 * 32 + 2 * (_SIDE // 2) ** 2 * 64
-    + (_SIDE // 4) ** 2 * 64 + 2 * 512 + NUM_CLASSES,
-}
-
-
-BUILT_IN = {"mlp": MLP, "lenet5": LeNet5}  # one per name in config.MODELS (tests/test_model.py checks)
-
-
-def build_model(name: str, mixed_precision: bool = False, seed: int = 0) -> Classifier:
-    """Instantiate a model by its --model name, a built-in one or the user's MODULE:FUNCTION (its initial weights
-    drawn from `seed`); mixed precision computes in float16 on float32 variables."""
-    if name not in BUILT_IN:
-        from hvd_mnist.train.user_model import UserModel  # here: it builds on this module's Classifier
-
-        return UserModel(name, seed)
-    model = BUILT_IN[name]()
-    if mixed_precision:
-        model.compute_dtype = tf.float16
-    return model
-
-
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     """Per-example sparse softmax cross-entropy [B]."""
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)

@@ -20,9 +20,10 @@ import tensorflow as tf
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
 from hvd_mnist.data.pipeline import scale_pixels
-from hvd_mnist.train.model import build_model, correct_predictions, cross_entropy, regularized_loss
+from hvd_mnist.train.model import correct_predictions, cross_entropy, regularized_loss
 from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.schedule import MovingAverage, learning_rate
+from hvd_mnist.train.user_model import build_model
 
 IMAGES_SPEC = tf.TensorSpec([None, NUM_PIXELS], tf.uint8)  # scaled inside the compiled steps
 LABELS_SPEC = tf.TensorSpec([None], tf.int64)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS
 from hvd_mnist.errors import UserError
+from hvd_mnist.model_registry import MODELS
 from hvd_mnist.runtime.startup import import_keras
 from hvd_mnist.train.model import Classifier
 
@@ -72,3 +73,14 @@ class UserModel(Classifier):
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
         return tf.cast(self.network(images), tf.float32)
+
+
+def build_model(name: str, mixed_precision: bool = False, seed: int = 0) -> Classifier:
+    """A model by its --model name: a built-in one by the registry's builder, or the user's MODULE:FUNCTION
+    (its initial weights drawn from `seed`); mixed precision computes in float16 on float32 variables."""
+    if name not in MODELS:
+        return UserModel(name, seed)
+    model = load_factory(MODELS[name].builder)()
+    if mixed_precision:
+        model.compute_dtype = tf.float16
+    return model

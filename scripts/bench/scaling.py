@@ -19,31 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from hvd_mnist.model_registry import MODELS  # plain records: no TensorFlow
+
 FLOAT32_BYTES = 4
 FLOAT16_BYTES = 2  # what --fp16-allreduce (hvd.Compression.fp16) sends
-
-# MLP 784-500-10: layer 1 784*500 + 500, layer 2 500*10 + 10 = 392,000 + 500 + 5,000 + 10.
-MLP_PARAMS = 397_510
-# LeNet-5 of hvd_mnist/train/model.py (5x5 convs with SAME padding, two 2x2 max pools: 28 -> 14 -> 7):
-#   conv1 5*5*1*32 + 32 = 832; conv2 5*5*32*64 + 64 = 51,264; fc1 (7*7*64)*512 + 512 = 3,136*512 + 512 = 1,606,144;
-#   fc2 512*10 + 10 = 5,130; total 832 + 51,264 + 1,606,144 + 5,130.
-LENET5_PARAMS = 1_663_370
-PARAMS = {"mlp": MLP_PARAMS, "lenet5": LENET5_PARAMS}
-MODEL_LABELS = {"mlp": "MLP 784-500-10", "lenet5": "LeNet-5"}
-# Gradient tensors per step (one per variable): what Horovod's tensor fusion packs into one message.
-GRADIENT_TENSORS = {"mlp": 4, "lenet5": 8}
-
-# Forward multiply-adds per example (bias adds, ReLUs and pools left out). Only used to derive a placeholder compute
-# time for LeNet-5 from the MLP's measured one; backward is about twice forward for both, so the ratio holds.
-MLP_FORWARD_MACS = 784 * 500 + 500 * 10  # 397,000
-# conv1: 28*28 outputs x 32 channels x 5*5*1 taps; conv2: 14*14 x 64 x 5*5*32; fc1: 3,136 x 512; fc2: 512 x 10.
-LENET5_FORWARD_MACS = 28 * 28 * 32 * 25 + 14 * 14 * 64 * 800 + 3_136 * 512 + 512 * 10  # 12,273,152
-FORWARD_MACS = {"mlp": MLP_FORWARD_MACS, "lenet5": LENET5_FORWARD_MACS}
 
 
 def gradient_bytes(model: str, fp16: bool = False) -> int:
     """Bytes one rank puts into the allreduce per step: every parameter's gradient, halved by fp16 compression."""
-    return PARAMS[model] * (FLOAT16_BYTES if fp16 else FLOAT32_BYTES)
+    return MODELS[model].params * (FLOAT16_BYTES if fp16 else FLOAT32_BYTES)
 
 
 def gbit_to_bytes_per_s(gbit_per_s: float) -> float:
