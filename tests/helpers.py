@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
+from hvd_mnist.launching import BIN, launch_argv, launcher_env
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench.launching import BIN, launcher_env, launcher_prefix  # noqa: E402  (shared with scripts/benchmark.py)
+sys.path.insert(0, str(ROOT / "scripts"))  # bench and peers, for the tests of the benchmark
 
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
-__all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launcher_env", "launcher_prefix",
+__all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launch_argv", "launcher_env",
            "metrics_events", "metrics_so_far", "one_rank_under", "rank_pid", "read_metrics", "run_cli", "run_trainer",
            "sshd_privsep_dir", "trainer_command", "wait_for", "wait_for_step"]
 
@@ -27,19 +28,7 @@ __all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte"
 
 def trainer_command(launcher: str, np_: int, *args: str) -> list[str]:
     """argv that starts `python -m hvd_mnist ARGS` on np_ ranks with the named launcher."""
-    module = [sys.executable, "-m", "hvd_mnist", *args]
-    if launcher == "python":
-        assert np_ == 1
-        return module
-    if launcher == "horovodrun":  # the README's command: MPI where Open MPI is installed
-        return [str(BIN / "horovodrun"), "-np", str(np_), *module]
-    if launcher == "gloo":
-        return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}", *module]
-    if launcher == "horovodrun-mpi":
-        return [str(BIN / "horovodrun"), "--mpi", "-np", str(np_), "-H", f"localhost:{np_}", *module]
-    if launcher == "mpirun":
-        return ["mpirun", "--allow-run-as-root", "-np", str(np_), "--bind-to", "none", *module]
-    raise ValueError(launcher)
+    return launch_argv(launcher, np_, sys.executable, "-m", "hvd_mnist", *args)
 
 
 def one_rank_under(command: list[str], rank: int, setup: str) -> list[str]:

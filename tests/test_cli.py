@@ -12,6 +12,7 @@ from helpers import BIN, run_cli
 
 from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
+from hvd_mnist.launching import HOROVODRUN
 from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.reporting import ConsoleHandler
 
@@ -77,7 +78,7 @@ def test_an_unknown_model_is_one_line_naming_the_choices():
 def test_no_flag_is_an_ambiguous_abbreviation_of_a_horovodrun_option():
     """horovodrun reads every option of its command line, the trainer's too: a flag of ours that starts two of
     its options (as --timeline would: --timeline-filename, --timeline-mark-cycles) stops the launch."""
-    horovodrun_help = subprocess.run([str(BIN / "horovodrun"), "--help"], capture_output=True, text=True,
+    horovodrun_help = subprocess.run([str(HOROVODRUN), "--help"], capture_output=True, text=True,
                                      timeout=60).stdout
     theirs = set(re.findall(r"--[a-z][a-z0-9-]*", horovodrun_help))
     assert {"--timeline-filename", "--elastic-timeout", "--verbose"} <= theirs

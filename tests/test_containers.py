@@ -15,13 +15,14 @@ from collections.abc import Iterator
 
 import image_build
 import pytest
-from helpers import metrics_events, read_metrics, wait_for
+from helpers import launch_argv, metrics_events, read_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
 BUILD_TIMEOUT = 2400
 RUN_TIMEOUT = 300
 SHORT_RUN = ("--steps", "100", "--log-every", "50", "--checkpoint-every", "100")
+TWO_RANKS = launch_argv("horovodrun", 2, "python", "-m", "hvd_mnist", container=True)  # the image's own horovodrun
 
 
 class Engine:
@@ -96,8 +97,7 @@ def test_image_prints_help_as_a_non_root_user_on_python_313(engine_cli, image):
 
 
 def test_two_ranks_in_one_container_train_identically(engine_cli, image):
-    proc = engine_cli.run(image, "horovodrun", "-np", "2", "python", "-m", "hvd_mnist", "--steps", "200",
-                          "--output-dir", "run")
+    proc = engine_cli.run(image, *TWO_RANKS, "--steps", "200", "--output-dir", "run")
     output = proc.stdout + proc.stderr
     assert "weights identical on all 2 ranks" in output and "done: step 200" in output
     assert "Traceback" not in output and "oneDNN" not in output
@@ -109,7 +109,7 @@ def test_a_host_directory_is_the_run_directory_written_as_the_host_user(engine_c
     runs.mkdir()
     os.chown(runs, 1234, 1234)
     engine_cli.run("--user", "1234:1234", "-v", f"{runs}:/workspace/runs", image,
-                   "horovodrun", "-np", "2", "python", "-m", "hvd_mnist", *SHORT_RUN, "--output-dir", "runs/cpu-smoke")
+                   *TWO_RANKS, *SHORT_RUN, "--output-dir", "runs/cpu-smoke")
     run_dir = runs / "cpu-smoke"
     assert {p.name for p in run_dir.iterdir()} >= {"config.toml", "metrics.jsonl", "checkpoints", "events", "export"}
     assert (run_dir / "checkpoints" / "ckpt-100.index").is_file()
@@ -151,11 +151,8 @@ def cluster(engine_cli: Engine, image: str, tmp_path_factory) -> dict[str, str]:
 def test_a_two_container_cluster_trains_with_identical_weights(engine_cli, cluster, launcher):
     """The launching container holds the run directory; the other one runs rank 1 and writes nothing."""
     run_dir = f"/workspace/run-{launcher}"
-    if launcher == "horovodrun":
-        command = ["horovodrun", "-np", "2", "-H", "a:1,b:1", "python", "-m", "hvd_mnist"]
-    else:
-        command = ["mpirun", "-np", "2", "-H", "a:1,b:1", "-x", "PATH", "-x", "VIRTUAL_ENV",
-                   "python", "-m", "hvd_mnist"]
+    options = ["-x", "PATH", "-x", "VIRTUAL_ENV"] if launcher == "mpirun" else []
+    command = launch_argv(launcher, 2, "python", "-m", "hvd_mnist", hosts="a:1,b:1", options=options, container=True)
     proc = engine_cli("exec", cluster["a"], *command, *SHORT_RUN, "--output-dir", run_dir)
     output = proc.stdout + proc.stderr
     assert "2 rank(s) over" in output and "weights identical on all 2 ranks" in output, output[-3000:]
@@ -196,8 +193,7 @@ def test_gpu_image_runs_as_a_user_without_compilers_or_cuda_toolkit(engine_cli, 
 
 def test_gpu_image_falls_back_to_the_cpu_with_identical_weights(engine_cli, gpu_image):
     """No GPU is visible here: each rank says it took the CPU, and the run is the CPU image's."""
-    proc = engine_cli.run(gpu_image, "horovodrun", "-np", "2", "python", "-m", "hvd_mnist", "--steps", "100",
-                          "--log-every", "50", "--output-dir", "run")
+    proc = engine_cli.run(gpu_image, *TWO_RANKS, "--steps", "100", "--log-every", "50", "--output-dir", "run")
     output = proc.stdout + proc.stderr
     assert re.search(r"2 rank\(s\) over \w+; rank 0 on \S+: CPU \(.*\); rank 1 on \S+: CPU \(", output), output[-3000:]
     assert "weights identical on all 2 ranks" in output and "done: step 100" in output

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import BIN, TIMEOUT, launcher_env, read_metrics, run_trainer, trainer_command
+from helpers import BIN, TIMEOUT, launch_argv, launcher_env, read_metrics, run_trainer, trainer_command
 
 pytestmark = pytest.mark.slow
 
@@ -59,10 +59,8 @@ def test_mpirun_rank1_writes_nothing(tmp_path):
     for d in dirs:
         d.mkdir()
     args = [*SHORT_RUN, "--output-dir", "out"]
-    command = ["mpirun", "--allow-run-as-root", "--bind-to", "none"]
-    for i, d in enumerate(dirs):
-        command += [":"] if i else []
-        command += ["-np", "1", "-wdir", str(d), *trainer_command("python", 1, *args)]
+    rank0, rank1 = (["-wdir", str(d), *trainer_command("python", 1, *args)] for d in dirs)
+    command = [*launch_argv("mpirun", 1, *rank0), ":", "-np", "1", *rank1]  # two app contexts, one rank each
     proc = subprocess.run(command, env=launcher_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 rank(s) over mpi" in proc.stdout + proc.stderr

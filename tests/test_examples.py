@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, TIMEOUT, launcher_env, launcher_prefix
+from helpers import ROOT, TIMEOUT, launch_argv, launcher_env
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ FINAL_LINE = re.compile(r"test accuracy ([0-9.]+)  weights per rank (\S+) (\S+)\
 
 def run_example(example: str, launcher: str, cwd, *args: str) -> tuple[str, float, list[str]]:
     """Run examples/EXAMPLE on two ranks; its output, test accuracy and each rank's weights digest."""
-    argv = [*launcher_prefix(launcher, 2), sys.executable, str(ROOT / "examples" / example), *args]
+    argv = launch_argv(launcher, 2, sys.executable, str(ROOT / "examples" / example), *args)
     proc = subprocess.run(argv, cwd=cwd, env=launcher_env(), capture_output=True, text=True, timeout=TIMEOUT)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import BIN, TIMEOUT, launcher_env
+from helpers import TIMEOUT, launch_argv, launcher_env
 
 pytestmark = pytest.mark.slow
 IDLE_S = 2.0
@@ -72,23 +72,23 @@ print("polls per allreduce:", (calls() - before) / {ALLREDUCES})
 """
 
 
-def run_ranks(controller: str, script: Path, *args: str, env: dict[str, str]) -> str:
-    """Run `script` on 2 local ranks under horovodrun with `controller`; its output, after checking it exited 0."""
-    proc = subprocess.run([str(BIN / "horovodrun"), controller, "-np", "2", "-H", "localhost:2", sys.executable,
-                           str(script), *args], env={**launcher_env(), **env},
+def run_ranks(launcher: str, script: Path, *args: str, env: dict[str, str]) -> str:
+    """Run `script` on 2 local ranks under horovodrun with a controller named (gloo, horovodrun-mpi); its output,
+    after checking it exited 0."""
+    proc = subprocess.run(launch_argv(launcher, 2, sys.executable, str(script), *args), env={**launcher_env(), **env},
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
-@pytest.mark.parametrize("controller", ["--gloo", "--mpi"])
-def test_idle_ranks_do_not_meet_every_cycle(tmp_path, controller):
+@pytest.mark.parametrize("launcher", ["gloo", "horovodrun-mpi"])
+def test_idle_ranks_do_not_meet_every_cycle(tmp_path, launcher):
     """Patch 5: with nothing queued, a rank's background thread waits for its next tensor (10 ms at most)
     instead of coordinating with the other ranks every 1 ms cycle (unpatched: 500-900 cycles per idle second
     here, patched: about 80), and the tensor that ends the wait is still reduced correctly."""
     script, timeline = tmp_path / "idle.py", tmp_path / "timeline.json"
     script.write_text(IDLE_RANKS)
-    run_ranks(controller, script, str(timeline), env={"HOROVOD_TIMELINE": "DYNAMIC"})
+    run_ranks(launcher, script, str(timeline), env={"HOROVOD_TIMELINE": "DYNAMIC"})
     cycles = sum(event["name"] == "CYCLE_START" for event in json.loads(timeline.read_text()) if "name" in event)
     assert 0 < cycles < IDLE_S * 200, f"{cycles} cycles in {IDLE_S} idle seconds"
 
@@ -104,7 +104,7 @@ def test_gloo_event_loop_yields_to_the_sender(tmp_path):
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(counter), str(tmp_path / "epoll_counter.c"),
                     "-ldl"], check=True, timeout=TIMEOUT)
     script.write_text(GRADIENT_RANKS)
-    output = run_ranks("--gloo", script, env={"LD_PRELOAD": str(counter)})
+    output = run_ranks("gloo", script, env={"LD_PRELOAD": str(counter)})
     polls = [float(value) for value in re.findall(r"polls per allreduce: ([0-9.]+)", output)]
     assert len(polls) == 2, output
     assert max(polls) < 50, f"Gloo's event loops polled {polls} times per allreduce"
@@ -124,8 +124,8 @@ def test_launcher_keeps_its_build_probes_answers(tmp_path):
     answers = tmp_path / ".horovod" / "built.json"
 
     def launch() -> str:
-        proc = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", sys.executable, "-c",
-                               SHOW_CONTROLLER], env={**launcher_env(), "HOME": str(tmp_path)},
+        proc = subprocess.run(launch_argv("horovodrun", 1, sys.executable, "-c", SHOW_CONTROLLER, hosts="localhost:1"),
+                              env={**launcher_env(), "HOME": str(tmp_path)},
                               capture_output=True, text=True, timeout=TIMEOUT)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return re.findall(r"controller: (\w+)", proc.stdout)[0]

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, TIMEOUT, launcher_env, launcher_prefix
+from helpers import ROOT, TIMEOUT, launch_argv, launcher_env
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ EQUIVALENCE_ATOL = 1e-5
 def fit(out, launcher: str = "gloo", ranks: int = 2, *args: str) -> subprocess.CompletedProcess:
     """Run tests/keras_probe.py on `ranks` ranks, writing into `out`."""
     out.mkdir(exist_ok=True)
-    argv = [*launcher_prefix(launcher, ranks), sys.executable, str(PROBE), "--out", str(out), *args]
+    argv = launch_argv(launcher, ranks, sys.executable, str(PROBE), "--out", str(out), *args)
     return subprocess.run(argv, env=launcher_env(), capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -98,7 +98,7 @@ def test_jit_compile_is_refused_in_one_line(tmp_path):
 def test_sync_batch_normalization_normalizes_the_global_batch(tmp_path):
     """Two ranks, each with half of a batch, normalize as Keras's BatchNormalization does the whole batch (its
     outputs for their rows and the moving statistics); each half alone would give other numbers."""
-    argv = [*launcher_prefix("gloo", 2), sys.executable, str(ROOT / "tests" / "syncbn_probe.py"), str(tmp_path)]
+    argv = launch_argv("gloo", 2, sys.executable, str(ROOT / "tests" / "syncbn_probe.py"), str(tmp_path))
     proc = subprocess.run(argv, env=launcher_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     for rank in (0, 1):

@@ -13,7 +13,7 @@ import sys
 import tomllib
 
 import pytest
-from helpers import BIN, ROOT, launcher_env, read_metrics
+from helpers import ROOT, launch_argv, launcher_env, read_metrics
 from netns_cluster import ClusterUnavailable, NetnsCluster
 
 pytestmark = pytest.mark.slow
@@ -52,16 +52,14 @@ def cluster(tmp_path_factory):
 
 def launch_command(launcher: str, hosts: str) -> list[str]:
     """argv, run on hostA, that starts one rank per host with the named launcher."""
-    trainer = [sys.executable, "-m", "hvd_mnist"]
     if launcher == "mpirun_cluster.sh":
         return ["bash", str(ROOT / "scripts" / "mpirun_cluster.sh"), "-H", hosts, "--"]
-    controller = launcher.removeprefix("horovodrun-")
-    return [str(BIN / "horovodrun"), f"--{controller}", "--disable-cache", "--start-timeout", "60", "-np", "2",
-            "-H", hosts, *trainer]
+    return launch_argv(launcher, 2, sys.executable, "-m", "hvd_mnist", hosts=hosts,
+                       options=["--disable-cache", "--start-timeout", "60"])
 
 
 @pytest.mark.parametrize("place", list(MODULE_PLACES))
-@pytest.mark.parametrize(("launcher", "controller"), [("horovodrun-gloo", "gloo"), ("horovodrun-mpi", "mpi"),
+@pytest.mark.parametrize(("launcher", "controller"), [("gloo", "gloo"), ("horovodrun-mpi", "mpi"),
                                                       ("mpirun_cluster.sh", "mpi")])
 def test_two_hosts_train_a_users_model_identically(cluster, tmp_path, launcher, controller, place):
     """One rank per host, the remote one started through hostB's sshd, both importing the user's module from

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import (
-    BIN,
     TIMEOUT,
     flip_a_byte,
+    launch_argv,
     launcher_env,
     rank_pid,
     read_metrics,
@@ -193,11 +193,11 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
     # Well above a joining worker's start-up on a loaded machine (TF import, data, tracing), which is a
     # legitimate gap between collectives too.
     extra = {"killed": ["--keep-global-batch"], "stopped": ["--collective-timeout", str(ELASTIC_TIMEOUT_S)]}[fault]
-    command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
-               "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "2", "4",
-               *trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
-                                "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir),
-                                *extra)]
+    trainer = trainer_command("python", 1, "--elastic", "--commit-every", "10", "--steps", "3000", "--lr", "0.1",
+                              "--log-every", "100", "--checkpoint-every", "500", "--output-dir", str(run_dir), *extra)
+    elastic = ["--min-np", "1", "--max-np", "2", "--host-discovery-script", str(discover),
+               "--blacklist-cooldown-range", "2", "4"]
+    command = launch_argv("horovodrun", 2, *trainer, options=elastic)
     signal_name = "STOP" if fault == "stopped" else "KILL"
     env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:signal={signal_name}:once={tmp_path / 'fired'}"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=2 * TIMEOUT)

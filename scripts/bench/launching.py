@@ -1,5 +1,5 @@
-"""The environment every launched rank gets, for the benchmark and the tests alike, and how the benchmark launches
-its jobs: under a time limit, in a loopback-only network namespace where it can, leaving no process behind."""
+"""How the benchmark launches its jobs: under a time limit, in a loopback-only network namespace where it can,
+leaving no process behind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-BIN = Path(sys.executable).parent  # the virtualenv's bin: horovodrun, and python for the ranks
+from hvd_mnist.launching import launch_argv, launcher_env
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository: jobs run from here, so `-m hvd_mnist` imports
 PEERS = ROOT / "scripts" / "peers"
 NETNS_PREFIX = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
@@ -21,35 +22,14 @@ class BenchmarkError(RuntimeError):
     """A job failed, ran past its time limit, or left no figures to read."""
 
 
-def launcher_env(gpu: bool = False, gloo_loopback: bool = False) -> dict[str, str]:
-    """Quiet TensorFlow, no GPU probing (unless `gpu`), root allowed in mpirun, this virtualenv first on PATH.
-
-    `gloo_loopback` keeps Gloo on the loopback interface (the benchmark's single-machine jobs); the multi-host
-    tests need Gloo to pick the interface between their hosts, so it is off by default.
-    """
-    env = dict(os.environ)
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
-    if not gpu:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    if gloo_loopback:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    return env
-
-
 def launcher_prefix(launcher: str, np_: int) -> list[str]:
-    """argv that starts np_ copies of what follows it (python | one-core | gloo | mpirun | local)."""
-    if launcher == "python":
-        return []
+    """argv that starts np_ copies of what follows it: one-core and local are the benchmark's own, the rest
+    (python, gloo, mpirun) hvd_mnist.launching's."""
     if launcher == "one-core":
         return ["taskset", "--cpu-list", "0"]
-    if launcher == "gloo":
-        return [str(BIN / "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}"]
-    if launcher == "mpirun":
-        return ["mpirun", "--allow-run-as-root", "-np", str(np_), "--bind-to", "none"]
     if launcher == "local":
         return [sys.executable, str(PEERS / "local_workers.py"), "--np", str(np_), "--"]
-    raise ValueError(launcher)
+    return launch_argv(launcher, np_)
 
 
 def network_namespace_works() -> bool:

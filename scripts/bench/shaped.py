@@ -18,9 +18,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.launching import BIN, PEERS, ROOT, BenchmarkError, launcher_env
+from bench.launching import PEERS, ROOT, BenchmarkError
 from bench.links import INTERFACE, ShapedHosts
 from bench.scaling import fit_alpha_bandwidth, gradient_bytes, ring_allreduce_seconds
+from hvd_mnist.launching import launch_argv, launcher_env
 
 RATES_MBIT = (1000, 200, 20)
 WORKERS = (2, 3, 4)
@@ -48,15 +49,13 @@ def nominal(n: int, link_mbit: float, fp16: bool = False) -> float:
 def launch(hosts: ShapedHosts, launcher: str, argv: list[str], timeout: int) -> None:
     """Run `python ARGV` on one rank per host with horovodrun --gloo or mpirun, over the hosts' interface."""
     n = len(hosts.names)
-    if launcher == "gloo":
-        prefix = [str(BIN / "horovodrun"), "--gloo", "--network-interface", INTERFACE, "-np", str(n),
-                  "-H", hosts.host_spec()]
-    else:
-        prefix = ["mpirun", "--allow-run-as-root", "-np", str(n), "-H", hosts.host_spec(), "--bind-to", "none",
-                  "-mca", "btl_tcp_if_include", INTERFACE, "-mca", "oob_tcp_if_include", INTERFACE,
-                  *(MPI_RING if launcher == "mpi-ring" else [])]
-    proc = subprocess.run(hosts.on_host(0, [*prefix, sys.executable, *argv]), env=hosts.env(launcher_env()),
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    options = (["--network-interface", INTERFACE] if launcher == "gloo" else
+               ["-mca", "btl_tcp_if_include", INTERFACE, "-mca", "oob_tcp_if_include", INTERFACE,
+                *(MPI_RING if launcher == "mpi-ring" else [])])
+    command = launch_argv("gloo" if launcher == "gloo" else "mpirun", n, sys.executable, *argv,
+                          hosts=hosts.host_spec(), options=options)
+    proc = subprocess.run(hosts.on_host(0, command), env=hosts.env(launcher_env()), cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
         raise BenchmarkError(f"{launcher} on {n} hosts exited {proc.returncode}: {tail[0] if tail else ''}")
