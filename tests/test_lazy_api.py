@@ -1,10 +1,11 @@
 """TensorFlow's API modules are stand-ins until used (runtime/lazy_api.py): what nobody uses is never imported,
-and what is used is what TensorFlow's own modules give."""
+and what is used is what TensorFlow's own modules give; with them and the `typing` patch off (runtime/startup.py's
+fence), a run trains to the same weights."""
 
 import os
 import subprocess
 
-from helpers import BIN
+from helpers import BIN, end_weights, read_metrics, run_trainer
 
 # Run in a fresh interpreter: the import happens once per process.
 PROBE = """
@@ -73,3 +74,27 @@ def test_the_stand_ins_can_be_turned_off():
     result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "HVD_MNIST_LAZY_TF_API": "0"})
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_the_hooks_are_off_for_a_tensorflow_they_were_not_tested_with():
+    """The fence can fail: another TensorFlow version is imported as TensorFlow does, and one debug line says so."""
+    probe = ("import logging, sys; from types import ModuleType; from hvd_mnist.runtime import startup; "
+             "logging.basicConfig(level=logging.DEBUG, format='%(levelname)s %(message)s'); "
+             "assert startup.hooks_on(); startup.HOOKS_TESTED_WITH = ('2.0.0',); startup.import_tensorflow_quietly(); "
+             "assert type(sys.modules['tensorflow._api.v2.signal']) is ModuleType; print('ok')")
+    result = subprocess.run([str(BIN / "python"), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "start-up hooks" in line]
+    assert len(said) == 1 and said[0].startswith("DEBUG start-up hooks off: TensorFlow 2.")
+    assert said[0].endswith(", tested with 2.0.0 only"), said
+
+
+def test_a_run_with_the_hooks_off_trains_to_the_same_weights_and_accuracy(tmp_path):
+    """The hooks change how TensorFlow is imported, nothing it computes: off, a run ends as it does with them on."""
+    ends = []
+    for hooks in ("1", "0"):
+        run_dir = tmp_path / f"hooks-{hooks}"
+        run_trainer("gloo", 2, "--steps", "40", "--output-dir", str(run_dir),
+                    extra_env={"HVD_MNIST_LAZY_TF_API": hooks})
+        ends.append((end_weights(run_dir), read_metrics(run_dir)[-1]["test_accuracy"]))
+    assert ends[0] == ends[1] and len(set(ends[0][0])) == 1, ends

@@ -13,7 +13,6 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
-import os
 import re
 import sys
 import threading
@@ -134,10 +133,8 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     """From now on, for the rest of the process, TensorFlow's API modules are imported as stand-ins: TensorFlow's
     own import, and later ones too (TensorBoard's summaries import all of tf.compat.v2: 0.5 s at the race's first
-    summary when only TensorFlow's import was covered). HVD_MNIST_LAZY_TF_API=0 imports them all as TensorFlow
-    does, for code that relies on what an API module's import does on the side (docs/guide.md)."""
-    if os.environ.get("HVD_MNIST_LAZY_TF_API", "1") == "0":
-        return
+    summary when only TensorFlow's import was covered). Called only for a TensorFlow it was tested with
+    (startup.hooks_on)."""
     if not any(isinstance(finder, _StandInFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _StandInFinder())
 

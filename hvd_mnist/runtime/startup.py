@@ -7,6 +7,8 @@ import atexit
 import contextlib
 import functools
 import glob
+import importlib.metadata
+import logging
 import os
 import sys
 import tempfile
@@ -21,6 +23,9 @@ from hvd_mnist.runtime.process import seconds_since_start
 
 # What TensorFlow 2.21's __init__ imports to load all of Keras eagerly, and lets fail (import_tensorflow_quietly).
 KERAS_EAGER_LOAD = "keras.src.optimizers"
+# The TensorFlow versions that the start-up hooks (lazy_api's stand-ins, the `typing` patch) were tested with: each is
+# a bet on one TensorFlow's internals, so any other version is imported as TensorFlow does (hooks_on).
+HOOKS_TESTED_WITH = ("2.21.0",)
 # The process that started this one, read before the seconds of start-up in which it could die (stopping.py).
 LAUNCHER_PID = os.getppid()
 
@@ -66,7 +71,7 @@ def gpus_quietly() -> list:
 
 def import_tensorflow_quietly() -> None:
     """Import TensorFlow (and Horovod's TensorFlow ops) with their start-up lines held back, without Keras, and
-    with TensorFlow's API modules imported as they are used (lazy_api.py).
+    with TensorFlow's API modules imported as they are used (lazy_api.py) where hooks_on says so.
 
     TensorFlow 2.21 logs through absl before any log level applies, so TF_CPP_MIN_LOG_LEVEL no longer hides
     "oneDNN custom operations are on" and the absl banner, which every rank would print. Its `__init__` also
@@ -76,12 +81,15 @@ def import_tensorflow_quietly() -> None:
     """
     if "tensorflow" in sys.modules:
         return
-    unusable = None
-    lazy_api.install()
-    with _native_stderr_held_back(), _hidden("matplotlib"), _forward_refs_compiled_once():
+    unusable, hooks = None, hooks_on()
+    if hooks:
+        lazy_api.install()
+    compiled_once = _forward_refs_compiled_once() if hooks else contextlib.nullcontext()
+    with _native_stderr_held_back(), _hidden("matplotlib"), compiled_once:
         with _hidden(KERAS_EAGER_LOAD):
             import tensorflow
-        lazy_api.settle_namesakes()
+        if hooks:
+            lazy_api.settle_namesakes()
 
         try:
             import horovod.tensorflow  # noqa: F401
@@ -89,6 +97,22 @@ def import_tensorflow_quietly() -> None:
             unusable = err  # raised below, once the native lines of the failed load are discarded
     if unusable is not None:
         raise RunEnded(horovod_unusable(unusable, tensorflow.__version__))
+
+
+def hooks_on() -> bool:
+    """Whether the start-up hooks apply: HVD_MNIST_LAZY_TF_API is not 0 (docs/guide.md) and the installed TensorFlow,
+    read from its package's metadata without importing it, is one of HOOKS_TESTED_WITH; else a debug line says so."""
+    if os.environ.get("HVD_MNIST_LAZY_TF_API", "1") == "0":
+        return False
+    versions = []
+    for package in ("tensorflow", "tensorflow-cpu"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions.append(importlib.metadata.version(package))
+    if any(version in HOOKS_TESTED_WITH for version in versions):
+        return True
+    logging.getLogger("hvd_mnist").debug("start-up hooks off: TensorFlow %s, tested with %s only",
+                                         " and ".join(versions) or "not installed", ", ".join(HOOKS_TESTED_WITH))
+    return False
 
 
 def import_keras() -> None:
