@@ -1,27 +1,31 @@
-"""Helpers shared by the tests (fixtures stay in conftest.py): paths, launching the trainer, reading its
-metrics, waiting, damaging files."""
+"""Helpers shared by the tests (fixtures stay in conftest.py): paths, launching the trainer, starting a cluster,
+reading its metrics, waiting, damaging files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
+import pytest
+from slurm_cluster import SlurmCluster
 
 from hvd_mnist.launching import BIN, launch_argv, launcher_env
+from scripts.bench.netns import ClusterUnavailable, NetnsCluster
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # bench and peers, for the tests of the benchmark
 
 TIMEOUT = 300  # seconds: the most a launch, or a wait for one to get going, may take before it counts as hung
 
 __all__ = ["BIN", "ROOT", "TIMEOUT", "end_weights", "example_ids", "flip_a_byte", "launch_argv", "launcher_env",
            "metrics_events", "metrics_so_far", "one_rank_under", "rank_pid", "read_metrics", "run_cli", "run_trainer",
-           "sshd_privsep_dir", "trainer_command", "wait_for", "wait_for_step"]
+           "sshd_privsep_dir", "started", "trainer_command", "wait_for", "wait_for_step"]
 
 
 # --- launching --------------------------------------------------------------------------------------------------
@@ -64,6 +68,23 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def sshd_privsep_dir() -> None:
     """sshd -t and sshd -D need /run/sshd, which a fresh machine has only once something makes it."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+
+
+Cluster = TypeVar("Cluster", NetnsCluster, SlurmCluster)
+
+
+@contextlib.contextmanager
+def started(cluster: Cluster, what: str, **start: bool) -> Iterator[Cluster]:
+    """`cluster` started, and closed however the test ends; the test is skipped, naming `what`, where this machine
+    cannot build it (not root, tools missing)."""
+    try:
+        try:
+            cluster.start(**start)
+        except ClusterUnavailable as err:
+            pytest.skip(f"cannot build {what} here: {err}")
+        yield cluster
+    finally:
+        cluster.close()
 
 
 def rank_pid(marker: str, rank: int) -> int | None:

@@ -1,5 +1,5 @@
 """A real Slurm cluster on one machine: munged, slurmctld and one slurmd per "node", each node a network namespace
-with its own host name and address (netns_cluster.NetnsCluster without sshd).
+with its own host name and address (scripts/bench/netns.py's NetnsCluster).
 
 Everything lives in two temporary folders, one for Slurm (slurm.conf, state, spool, logs) and one owned by the
 munge user (munged refuses to run as root; its key, socket and logs). `close()` cancels every job, stops the
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from netns_cluster import ClusterUnavailable, Host, NetnsCluster
+from scripts.bench.netns import ClusterUnavailable, Host, NetnsCluster
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun")
 READY_TIMEOUT_S = 90.0  # a node that died is declared down after SlurmdTimeout (30 s), then comes back
@@ -52,7 +52,7 @@ class SlurmCluster:
         if missing := missing_daemons():
             raise ClusterUnavailable(f"missing {', '.join(missing)} (apt-get install slurm-wlm munge)")
         (self.workdir / "net").mkdir(exist_ok=True)
-        self.net.start(ssh=False)
+        self.net.start()
         self._start_munged()
         self._write_conf()
         self._daemons["slurmctld"] = self._spawn(self.nodes[0], "slurmctld",

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench import published
-from bench.configs import Config, cpu_configs, plan_for, read_result  # conftest's helpers put scripts/ on sys.path
-from bench.phases import PHASES, durations
-from bench.race import RIVALS, race_contenders, race_possible, race_target, race_targets
-from bench.report import write_results
-from bench.runs import run_config
 from helpers import ROOT
+
+from scripts.bench import published
+from scripts.bench.configs import Config, cpu_configs, plan_for, read_result
+from scripts.bench.phases import PHASES, durations
+from scripts.bench.race import RIVALS, race_contenders, race_possible, race_target, race_targets
+from scripts.bench.report import write_results
+from scripts.bench.runs import run_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

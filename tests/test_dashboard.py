@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, TIMEOUT, launcher_env, rank_pid, trainer_command, wait_for
-from peers.local_workers import free_ports  # scripts/ is on the path (helpers)
 from prometheus_client.parser import text_string_to_metric_families
 from test_monitoring import prometheus  # noqa: F401  (the fixture: Prometheus scraping a --metrics-port)
+
+from scripts.peers.local_workers import free_ports
 
 DASHBOARD = ROOT / "docs" / "grafana" / "hvd_mnist.json"
 DATA_SOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}

@@ -9,9 +9,10 @@ import json
 import re
 
 import pytest
-import reference_docs  # scripts/ is on the path (helpers)
-from bench import published
 from helpers import ROOT
+
+from scripts import reference_docs
+from scripts.bench import published
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?:\[([^\[\]]*))?\]\(([^)\s]+)\)")  # [text](target), the text where it has no brackets

@@ -26,9 +26,9 @@ from helpers import (
     wait_for,
     wait_for_step,
 )
-from peers.local_workers import free_ports  # scripts/ is on the path (helpers)
 
 from hvd_mnist.train.stragglers import PACE_STEPS, RATIO, WINDOW
+from scripts.peers.local_workers import free_ports
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Two "hosts" (network namespaces joined by a veth pair, sshd in each): real launches across them over ssh, of a
+"""Two "hosts" (network namespaces on a bridge, sshd in each): real launches across them over ssh, of a
 model the user wrote in a module outside hvd_mnist (`--model MODULE:FUNCTION`), which the rank on the remote
 host must import as the local one does.
 
@@ -13,8 +13,9 @@ import sys
 import tomllib
 
 import pytest
-from helpers import ROOT, launch_argv, launcher_env, read_metrics
-from netns_cluster import ClusterUnavailable, NetnsCluster
+from helpers import ROOT, launch_argv, launcher_env, read_metrics, started
+
+from scripts.bench.netns import NetnsCluster
 
 pytestmark = pytest.mark.slow
 
@@ -37,17 +38,8 @@ MODULE_PLACES = {"launch-dir": (".", None), "pythonpath": ("models", "models")}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """hostA (10.200.0.1) and hostB (10.200.0.2), each with sshd; torn down after the module."""
-    nodes = NetnsCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        nodes.start()
-    except ClusterUnavailable as err:
-        nodes.close()
-        pytest.skip(f"cannot build a network-namespace cluster here: {err}")
-    except BaseException:
-        nodes.close()
-        raise
-    yield nodes
-    nodes.close()
+    with started(NetnsCluster(tmp_path_factory.mktemp("cluster")), "a network-namespace cluster", sshd=True) as nodes:
+        yield nodes
 
 
 def launch_command(launcher: str, hosts: str) -> list[str]:

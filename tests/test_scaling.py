@@ -1,4 +1,4 @@
-"""Real links between hosts, shaped (scripts/bench/links.py): three hosts, each link held to 100 Mbit/s by tbf,
+"""Real links between hosts, shaped (scripts/bench/netns.py): three hosts, each link held to 100 Mbit/s by tbf,
 and the gradient's allreduce, float32 and fp16, against the ring model at the links' nominal rate. The link, not
 the machine's cores, sets these times (about 0.17 s a call against milliseconds unshaped), so the check holds on a
 loaded machine. The model's own arithmetic and fit are checked without a network."""
@@ -8,9 +8,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from bench.links import LinksUnavailable, ShapedHosts
-from bench.scaling import fit_alpha_bandwidth, ring_allreduce_seconds
-from bench.shaped import allreduce, nominal
+from helpers import started
+
+from scripts.bench.scaling import fit_alpha_bandwidth, ring_allreduce_seconds
+from scripts.bench.shaped import allreduce, nominal, shaped_hosts
 
 RATE_MBIT = 100
 
@@ -29,17 +30,9 @@ def test_the_ring_model_and_its_fit():
 
 @pytest.mark.slow
 def test_three_hosts_on_shaped_links_allreduce_as_the_model_predicts(tmp_path):
-    hosts = ShapedHosts(3, tmp_path, rate_mbit=RATE_MBIT)
-    try:
-        hosts.start()
-    except LinksUnavailable as err:
-        hosts.close()
-        pytest.skip(f"cannot shape links between namespaces here: {err}")
-    try:
+    with started(shaped_hosts(3, tmp_path, RATE_MBIT), "shaped links between namespaces") as hosts:
         full = allreduce(hosts, "gloo", RATE_MBIT, False, tmp_path, timeout=300)
         half = allreduce(hosts, "gloo", RATE_MBIT, True, tmp_path, timeout=300)
-    finally:
-        hosts.close()
     assert nominal(3, RATE_MBIT) / full - 1 == pytest.approx(0, abs=0.25), f"{full:.3f} s a call"
     assert nominal(3, RATE_MBIT, fp16=True) / half - 1 == pytest.approx(0, abs=0.25), f"{half:.3f} s a call (fp16)"
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

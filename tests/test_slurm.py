@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, launcher_env, read_metrics, wait_for, wait_for_step
-from netns_cluster import ClusterUnavailable
+from helpers import ROOT, launcher_env, read_metrics, started, wait_for, wait_for_step
 from slurm_cluster import KILL_WAIT_S, SlurmCluster
 
 from hvd_mnist.runtime.distribution import slurm_tasks_on_node
@@ -33,18 +32,9 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A controller and two slurmd nodes; torn down, with everything they ran, after the module."""
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     os.environ.update({**launcher_env(), "HVD_MNIST_PYTHON": sys.executable})  # sbatch exports it to the job
-    try:
-        cluster.start()
-    except ClusterUnavailable as err:
-        cluster.close()
-        pytest.skip(f"cannot build a Slurm cluster here: {err}")
-    except BaseException:
-        cluster.close()
-        raise
-    yield cluster
-    cluster.close()
+    with started(SlurmCluster(tmp_path_factory.mktemp("slurm")), "a Slurm cluster") as cluster:
+        yield cluster
 
 
 class Job:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.launching import PEERS, BenchmarkError
+from .launching import PEERS, BenchmarkError
 
 CORES = os.cpu_count() or 1
 HVD_NP2 = ("hvd_np2_gloo", "hvd_np2_mpirun")  # hvd_mnist np=2 under each launcher

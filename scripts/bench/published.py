@@ -17,10 +17,10 @@ import re
 import shutil
 from pathlib import Path
 
-from bench.configs import Config
-from bench.launching import ROOT
-from bench.phases import LABELS, PHASES
-from bench.report import chart, fmt
+from .configs import Config
+from .launching import ROOT
+from .phases import LABELS, PHASES
+from .report import chart, fmt
 
 RESULTS = ROOT / "docs" / "results.json"
 CHART = ROOT / "docs" / "benchmark_chart.png"

@@ -12,13 +12,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bench.configs import HVD_NP2, KERAS_FIT, Config, plan_for, read_result, trainer_events
-from bench.launching import BenchmarkError
-from bench.phases import HVD_MNIST_MARKS, durations
-from bench.phases import table as phase_table
-from bench.report import fmt
-from bench.runs import prepare_data, run_config, save_npz
-from bench.stats import Summary, best_peer, median, ratio
+from .configs import HVD_NP2, KERAS_FIT, Config, plan_for, read_result, trainer_events
+from .launching import BenchmarkError
+from .phases import HVD_MNIST_MARKS, durations
+from .phases import table as phase_table
+from .report import fmt
+from .runs import prepare_data, run_config, save_npz
+from .stats import Summary, best_peer, median, ratio
 
 TTA_BATCH = 100  # per worker, np=2; the contenders are also picked by their throughput at this batch
 TTA_VALIDATION = 5000  # hvd_mnist's default hold-out for 60k training examples, passed to both racers

@@ -7,8 +7,8 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-from bench.configs import CORES, Config
-from bench.stats import Summary
+from .configs import CORES, Config
+from .stats import Summary
 
 LIBRARIES = ("tensorflow-cpu", "horovod", "torch", "numpy", "mpi4py", "matplotlib")
 

@@ -7,8 +7,8 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.configs import CORES, Config, Plan
-from bench.launching import BenchmarkError, launch
+from .configs import CORES, Config, Plan
+from .launching import BenchmarkError, launch
 
 
 def prepare_data(out_dir: Path, dataset: str, timeout: int) -> tuple[Path, Path]:

@@ -1,4 +1,4 @@
-"""The benchmark's shaped-link mode: N = 2, 3, 4 ranks on as many hosts (links.py), each link held to a rate by
+"""The benchmark's shaped-link mode: N = 2, 3, 4 ranks on as many hosts (netns.py), each link held to a rate by
 tbf; the MLP gradient's allreduce alone (Gloo; MPI with Open MPI's default and its ring algorithm; fp16) and full
 training steps, measured, then checked against the ring model of scaling.py with alpha and B fitted per link rate.
 
@@ -18,15 +18,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.launching import PEERS, ROOT, BenchmarkError
-from bench.links import INTERFACE, ShapedHosts
-from bench.scaling import fit_alpha_bandwidth, gradient_bytes, ring_allreduce_seconds
 from hvd_mnist.launching import launch_argv, launcher_env
+
+from .launching import PEERS, ROOT, BenchmarkError
+from .netns import INTERFACE, NetnsCluster
+from .scaling import fit_alpha_bandwidth, gradient_bytes, ring_allreduce_seconds
 
 RATES_MBIT = (1000, 200, 20)
 WORKERS = (2, 3, 4)
 MPI_RING = ["-mca", "coll_tuned_use_dynamic_rules", "1", "-mca", "coll_tuned_allreduce_algorithm", "4"]
 COMM_SECONDS = 6.0  # about how long each measurement waits on its link
+SUBNET = "10.210.0"
 
 
 @dataclass(frozen=True)
@@ -41,42 +43,47 @@ class Point:
     seconds: float
 
 
+def shaped_hosts(n: int, workdir: Path, rate_mbit: float | None) -> NetnsCluster:
+    """Hosts h0, h1, ... on SUBNET, each sending at `rate_mbit` (None: unshaped); not yet started."""
+    return NetnsCluster(workdir, [f"h{i}" for i in range(n)], SUBNET, rate_mbit)
+
+
 def nominal(n: int, link_mbit: float, fp16: bool = False) -> float:
     """The model's allreduce seconds at the link's nominal rate, no latency: what sizes each run."""
     return ring_allreduce_seconds(n, gradient_bytes("mlp", fp16), link_mbit * 1e6 / 8, 0.0)
 
 
-def launch(hosts: ShapedHosts, launcher: str, argv: list[str], timeout: int) -> None:
+def launch(hosts: NetnsCluster, launcher: str, argv: list[str], timeout: int) -> None:
     """Run `python ARGV` on one rank per host with horovodrun --gloo or mpirun, over the hosts' interface."""
-    n = len(hosts.names)
+    n = len(hosts.hosts)
     options = (["--network-interface", INTERFACE] if launcher == "gloo" else
                ["-mca", "btl_tcp_if_include", INTERFACE, "-mca", "oob_tcp_if_include", INTERFACE,
                 *(MPI_RING if launcher == "mpi-ring" else [])])
     command = launch_argv("gloo" if launcher == "gloo" else "mpirun", n, sys.executable, *argv,
                           hosts=hosts.host_spec(), options=options)
-    proc = subprocess.run(hosts.on_host(0, command), env=hosts.env(launcher_env()), cwd=ROOT, capture_output=True,
+    proc = subprocess.run(hosts.exec_argv(command), env=hosts.env(launcher_env()), cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
         raise BenchmarkError(f"{launcher} on {n} hosts exited {proc.returncode}: {tail[0] if tail else ''}")
 
 
-def allreduce(hosts: ShapedHosts, launcher: str, link_mbit: float | None, fp16: bool, work: Path,
+def allreduce(hosts: NetnsCluster, launcher: str, link_mbit: float | None, fp16: bool, work: Path,
               timeout: int) -> float:
     """Seconds per call of the gradient's allreduce, timed after a fifth of the calls."""
-    expected = nominal(len(hosts.names), link_mbit or 10_000, fp16)
+    expected = nominal(len(hosts.hosts), link_mbit or 10_000, fp16)
     calls = max(10, min(60, int(COMM_SECONDS / expected)))
-    out = work / f"allreduce-{launcher}-{len(hosts.names)}-{link_mbit}-{fp16}.json"
+    out = work / f"allreduce-{launcher}-{len(hosts.hosts)}-{link_mbit}-{fp16}.json"
     launch(hosts, launcher, [str(PEERS / "allreduce.py"), "--calls", str(calls), "--warmup-calls",
                              str(max(2, calls // 5)), "--out", str(out), *(["--fp16"] if fp16 else [])], timeout)
     return json.loads(out.read_text())["sec_per_call"]
 
 
-def training_step(hosts: ShapedHosts, link_mbit: float | None, work: Path, timeout: int) -> float:
+def training_step(hosts: NetnsCluster, link_mbit: float | None, work: Path, timeout: int) -> float:
     """Median seconds per step of hvd_mnist (MLP, batch 100 per rank) after its first logged interval."""
-    expected = nominal(len(hosts.names), link_mbit or 10_000) + 0.02
+    expected = nominal(len(hosts.hosts), link_mbit or 10_000) + 0.02
     steps = max(40, min(300, int(COMM_SECONDS * 1.5 / expected)))
-    run_dir = work / f"train-{len(hosts.names)}-{link_mbit}"
+    run_dir = work / f"train-{len(hosts.hosts)}-{link_mbit}"
     launch(hosts, "gloo", ["-m", "hvd_mnist", "--steps", str(steps), "--log-every", str(steps // 5),
                            "--checkpoint-every", str(steps), "--output-dir", str(run_dir)], timeout)
     events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -90,7 +97,7 @@ def measure(timeout: int, rates: tuple[float, ...] = RATES_MBIT, workers: tuple[
         work = Path(folder)
         for n in workers:
             for rate in (None, *rates):
-                hosts = ShapedHosts(n, work / f"hosts-{n}-{rate}", rate)
+                hosts = shaped_hosts(n, work / f"hosts-{n}-{rate}", rate)
                 try:
                     hosts.start()
                     runs = [("allreduce", "gloo", False)] if rate else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.configs import HVD_NP2, Config
+from .configs import HVD_NP2, Config
 
 Stats = dict[str, dict[str, float]]  # figure -> {"median", "min", "max", "n"}
 Summary = dict[str, dict[int | None, Stats]]  # configuration key -> batch -> stats
