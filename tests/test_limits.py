@@ -17,6 +17,8 @@ BIG_STEP = ("--dataset", "fashion_mnist", "--batch-size", "20000")  # about 411 
 # Start-up (TensorFlow, Horovod, the data) takes about 1.8 GiB of address space here; a batch of 20000 then
 # needs more than 2.1 GiB in its first step, and 2.9 GiB leaves room for start-up and a few steps.
 STEP_FAILS_KIB, ROOM_KIB = 2_200_000, 3_000_000
+START_FAILS_KIB = 1_000_000  # too little to load Horovod's library
+CRASHES_KIB = 1_800_000  # enough to start, not for the threads of the first step's compilation
 
 
 def exhausting(what: str) -> dict[str, str]:
@@ -61,6 +63,34 @@ def test_a_rank_that_runs_out_mid_run_says_what_on_every_rank(tmp_path, what, li
     assert (run_dir / "checkpoints" / "ckpt-20.index").is_file()  # the checkpoint before it is whole
 
 
+@pytest.mark.parametrize("launcher", ["gloo", "mpirun"])
+def test_a_rank_without_room_to_start_says_so(tmp_path, launcher):
+    """`ulimit -v` during start-up: too little address space to load TensorFlow's and Horovod's libraries is
+    running out of memory, not a Horovod built against another TensorFlow (the loader's 'failed to map segment')."""
+    proc = run_trainer(launcher, 2, *RUN, "--steps", "20", "--output-dir", str(tmp_path / "run"), check=False,
+                       one_rank=(1, f"ulimit -v {START_FAILS_KIB}"))
+    lines = error_lines(proc)
+    assert proc.returncode != 0
+    ran_out = re.compile(r"hvd-mnist: error: rank 1 ran out of memory at \d+ of 977 MiB \(RLIMIT_AS\): ")
+    assert any(ran_out.search(line) for line in lines), (lines, proc.stderr[-3000:])
+    for wrong in ("unexpected", "cannot load against", "Traceback", "--batch-size"):
+        assert wrong not in proc.stdout + proc.stderr, (wrong, lines)
+
+
+def test_a_rank_that_crashes_out_of_address_space_is_named_by_the_others(tmp_path):
+    """Near its `ulimit -v`, a native library that cannot start a thread ends rank 1 without a word (LLVM's abort,
+    a segmentation fault) in its first step; rank 0 names where it stood, and Horovod's own line about the lost
+    connection stays in rank 0's dump, off the console."""
+    run_dir = tmp_path / "run"
+    proc = run_trainer("gloo", 2, *RUN, "--steps", "20", "--output-dir", str(run_dir), check=False,
+                       one_rank=(1, f"ulimit -v {CRASHES_KIB}"))
+    died = re.compile(r"hvd-mnist: error: collective failed after step 0: rank 1 died at \d+ of 1758 MiB "
+                      r"\(RLIMIT_AS\): most likely out of address space; stacks in ")
+    assert any(died.search(line) for line in error_lines(proc)), (error_lines(proc), proc.stderr[-3000:])
+    assert "background loop" not in proc.stdout + proc.stderr
+    assert "Horovod background loop uncaught exception" in (run_dir / "debug" / "rank-0.txt").read_text()
+
+
 def test_a_rank_killed_in_its_memory_cgroup_is_named_with_its_last_memory(tmp_path, memory_cgroup):
     """Gloo: rank 0 outlives rank 1 and names it. mpirun ends every rank itself, at once, when one is killed
     (`exited on signal 9 (Killed)`, faults.md)."""
@@ -71,6 +101,7 @@ def test_a_rank_killed_in_its_memory_cgroup_is_named_with_its_last_memory(tmp_pa
     assert proc.returncode != 0
     died = re.compile(r"rank 1 died at \d+ of 1200 MiB \(cgroup v[12] limit\): most likely killed for memory")
     assert any(died.search(line) for line in lines), (lines, proc.stderr[-3000:])
+    assert "background loop" not in proc.stdout + proc.stderr  # Horovod's line: in rank 0's dump only
 
 
 def test_a_cgroup_limit_too_small_is_refused_on_every_rank_before_the_run_directory(tmp_path, memory_cgroup):

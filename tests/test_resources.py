@@ -74,8 +74,12 @@ def test_the_others_repeat_a_stated_cause_once_and_name_a_death_near_the_limit()
     stated = "rank 1 ran out of memory at 2000 of 2100 MiB (RLIMIT_AS): OOM"
     assert describe({"error": [1, stated]}) == stated
     assert describe({"error": [0, "could not write"]}) == "rank 0 failed: could not write"
-    near = resources.near_limit({"limit": 420 * MIB, "limit_used": 410 * MIB, "limit_name": "cgroup v1 limit"})
-    assert describe({"died": [1, 2], "near_limit": {"1": near}}) == (
-        "rank 1 died at 410 of 420 MiB (cgroup v1 limit): most likely killed for memory; rank(s) 2 died (their "
-        "connection closed)")
-    assert resources.near_limit({"limit": 420 * MIB, "limit_used": 300 * MIB, "limit_name": "x"}) is None
+    near = {"limit": 420 * MIB, "limit_used": 410 * MIB, "limit_name": "cgroup v1 limit"}
+    far = {"limit": 1660 * MIB, "limit_used": 1300 * MIB, "limit_name": "RLIMIT_AS"}
+    machine = {"limit": 9000 * MIB, "limit_used": 500 * MIB, "limit_name": "MemAvailable"}
+    assert describe({"died": [1, 2, 3, 4], "last_memory": {"1": near, "3": far, "4": machine}}) == (
+        "rank 1 died at 410 of 420 MiB (cgroup v1 limit): most likely killed for memory; rank 3 died (its connection "
+        "closed), last heard at 1300 of 1660 MiB (RLIMIT_AS); rank(s) 2, 4 died (their connection closed)")
+    assert resources.near_limit({**far, "limit_used": 1410 * MIB}) == "1410 of 1660 MiB (RLIMIT_AS)"  # < 256 MiB left
+    assert resources.near_limit({**near, "limit_used": 300 * MIB}) is None
+    assert resources.grew({}, far) and not resources.grew(far, {**far, "limit_used": 1400 * MIB})

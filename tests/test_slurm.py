@@ -7,7 +7,6 @@ guarantee (test_checkpoints.py), here carried across Slurm's requeue.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -32,9 +31,11 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A controller and two slurmd nodes; torn down, with everything they ran, after the module."""
-    os.environ.update({**launcher_env(), "HVD_MNIST_PYTHON": sys.executable})  # sbatch exports it to the job
-    with started(SlurmCluster(tmp_path_factory.mktemp("slurm")), "a Slurm cluster") as cluster:
-        yield cluster
+    with pytest.MonkeyPatch.context() as patch:  # sbatch exports the environment to the job; undone after the module
+        for name, value in {**launcher_env(), "HVD_MNIST_PYTHON": sys.executable}.items():
+            patch.setenv(name, value)
+        with started(SlurmCluster(tmp_path_factory.mktemp("slurm")), "a Slurm cluster") as cluster:
+            yield cluster
 
 
 class Job:

@@ -16,6 +16,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import UserError
+from hvd_mnist.runtime import native_lines
 from hvd_mnist.runtime.startup import gpus_quietly
 
 # Where Linux lists RDMA devices (InfiniBand, Omni-Path, EFA, RoCE): what Open MPI's cm layer would use.
@@ -53,8 +54,10 @@ def init_horovod() -> str:
     """Start Horovod; under MPI hand it mpi4py's COMM_WORLD so both share one MPI communicator.
 
     Sharing COMM_WORLD lets code written with mpi4py (e.g. site-specific barriers or gathers)
-    run beside Horovod in the same job without a second MPI initialization.
+    run beside Horovod in the same job without a second MPI initialization. Horovod's own log lines go to the
+    rank's dump from here on, not to the console (native_lines.py).
     """
+    native_lines.start()
     if launched_by_plain_mpirun() and hvd.mpi_built():
         open_mpi_defaults(os.environ)
         from mpi4py import MPI

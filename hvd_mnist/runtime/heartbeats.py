@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from hvd_mnist.runtime.process import Process
-from hvd_mnist.runtime.resources import near_limit
+from hvd_mnist.runtime.resources import ADDRESS_SPACE, grew, limited, near_limit
 from hvd_mnist.runtime.transport import (
     HELLO_TIMEOUT_S,
     Connection,
@@ -203,7 +203,7 @@ class ChiefHeartbeats(Heartbeats):
             rank = hello["rank"]
             authenticated()
             with self._lock:
-                self._peers[rank] = _PeerState(process=hello.get("process"))
+                self._peers[rank] = _PeerState(process=hello.get("process"), memory=hello.get("memory") or {})
                 self._connections[rank] = connection
             while (message := connection.receive()) is not None:
                 if "dump" in message or "dump_all" in message:
@@ -272,7 +272,7 @@ class ChiefHeartbeats(Heartbeats):
             silent = {rank: round(now - peer.last_heard) for rank, peer in self._peers.items()
                       if not peer.closed and not peer.finished and now - peer.last_heard > SILENT_AFTER_S}
             processes = {rank: self._peers[rank].process for rank in silent}
-            near = {rank: phrase for rank in died if (phrase := near_limit(self._peers[rank].memory))}
+            memory = {rank: self._peers[rank].memory for rank in died if self._peers[rank].memory}
             places = {rank: {**peer.where, "since_progress": peer.progress_age(now)}
                       for rank, peer in self._peers.items()
                       if "since_progress" in peer.where and rank not in silent and not peer.closed}
@@ -280,7 +280,7 @@ class ChiefHeartbeats(Heartbeats):
             places[self.rank] = self.whereabouts.report()
         stuck = {rank: {**place, "since_progress": round(place["since_progress"])} for rank, place in places.items()
                  if place["since_progress"] > STUCK_AFTER_S}
-        return {"died": died, "near_limit": near, "silent": silent, "processes": processes, "stuck": stuck,
+        return {"died": died, "last_memory": memory, "silent": silent, "processes": processes, "stuck": stuck,
                 "error": self._error, "checkpoint": self._checkpoint, "dump": self._dump_request}
 
     def ranks(self) -> dict[int, RankLiveness]:
@@ -328,16 +328,17 @@ class WorkerHeartbeats(Heartbeats):
         if self._chief is None:
             self._chief_closed = True
             return
-        threading.Thread(target=self._read_chief, name="hvd-mnist-heartbeats-in", daemon=True).start()
         with contextlib.suppress(OSError, ValueError):
-            self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank))})
-            sent, memory = time.monotonic(), {}
+            self._chief.send({"secret": offer["secret"], "rank": self.rank, "process": asdict(Process.this(self.rank)),
+                              "memory": self.memory()})
+            threading.Thread(target=self._read_chief, name="hvd-mnist-heartbeats-in", daemon=True).start()
+            sent, memory, told = time.monotonic(), {}, {}
             while not self._stopped.wait(MEMORY_EVERY_S):  # near its limit, each sample goes: it may be the last
                 with contextlib.suppress(OSError, MemoryError):  # out of files or memory: the last sample stands
                     memory = self.memory()
-                if time.monotonic() - sent >= HEARTBEAT_S or near_limit(memory):
+                if time.monotonic() - sent >= HEARTBEAT_S or near_limit(memory) or grew(told, memory):
                     self._chief.send({"step": self.step, **self.whereabouts.report(), "memory": memory})
-                    sent = time.monotonic()
+                    sent, told = time.monotonic(), memory
 
     def _read_chief(self) -> None:
         try:
@@ -391,7 +392,7 @@ def describe(known: dict) -> str | None:
         rank, message = known["error"]
         return message if message.startswith(f"rank {rank} ") else f"rank {rank} failed: {message}"
     if known.get("died"):
-        return died_phrase(known["died"], known.get("near_limit") or {})
+        return died_phrase(known["died"], known.get("last_memory") or {})
     if known.get("silent"):
         silent = known["silent"]
         seconds = max(silent.values())
@@ -402,11 +403,24 @@ def describe(known: dict) -> str | None:
     return None
 
 
-def died_phrase(died: list, near: dict) -> str:
-    """Ranks whose connection closed; one last heard near its memory limit was most likely the OOM killer's."""
-    near = {int(rank): phrase for rank, phrase in near.items()}  # JSON made the keys strings on the way
-    phrases = [f"rank {rank} died at {near[rank]}: most likely killed for memory" for rank in died if rank in near]
-    others = [rank for rank in died if rank not in near]
+# A rank near a cgroup's or the machine's limit meets the OOM killer; near its address space, an allocation fails
+# in native code, which may end the process without a word (an abort, a segmentation fault).
+OUT_OF = {False: "killed for memory", True: "out of address space"}
+
+
+def died_phrase(died: list, memory: dict) -> str:
+    """Ranks whose connection closed; one last heard near its memory limit was most likely the OOM killer's (or
+    out of address space), and one under a limit of its own is named with where it stood."""
+    memory = {int(rank): report for rank, report in memory.items()}  # JSON made the keys strings on the way
+    phrases, others = [], []
+    for rank in died:
+        if near := near_limit(memory.get(rank, {})):
+            why = OUT_OF[memory[rank]["limit_name"] in ADDRESS_SPACE]
+            phrases.append(f"rank {rank} died at {near}: most likely {why}")
+        elif stood := limited(memory.get(rank, {})):
+            phrases.append(f"rank {rank} died (its connection closed), last heard at {stood}")
+        else:
+            others.append(rank)
     if others:
         phrases.append(f"rank(s) {_ranks(others)} died (their connection closed)")
     return "; ".join(phrases)

@@ -21,6 +21,11 @@ from hvd_mnist.errors import RanOut, first_line
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # a cgroup v1 "no limit" is 2^63 rounded down to a page: anything above this is none
 NEAR_LIMIT = 0.9  # a rank at this fraction of its limit is near it (a death then is most likely the OOM killer)
+# ...or, for address space, this close: a new thread reserves its stack (8 MiB) and often a malloc arena (64 MiB)
+# at once, and a native library that cannot start one aborts the process (LLVM, TensorFlow's thread pools).
+NEAR_ADDRESS_SPACE = 256 * 2**20
+ADDRESS_SPACE = ("RLIMIT_AS", "RLIMIT_DATA")
+MAP_FAILED = r"failed to map segment|[Cc]annot allocate memory"  # the loader's words for a library it had no room for
 MIB = 2**20
 LAUNCHER_RANKS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")  # a rank before Horovod's
 
@@ -132,7 +137,7 @@ def limits(share: int = 1, sizes: dict[str, int] | None = None) -> list[Limit]:
     for version, directory in _cgroup_dirs():
         if (limit := _cgroup_limit(version, directory)) is not None:
             found.append(Limit(f"cgroup {version} limit", limit // share, _working_set(version, directory) // share))
-    for name, measure in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+    for name, measure in zip(ADDRESS_SPACE, ("VmSize", "VmData"), strict=True):
         soft = resource.getrlimit(getattr(resource, name))[0]
         if soft != resource.RLIM_INFINITY:
             found.append(Limit(name, soft, sizes.get(measure, 0)))
@@ -153,10 +158,28 @@ def memory_report(share: int = 1) -> dict:
 
 
 def near_limit(report: dict) -> str | None:
-    """'410 of 420 MiB (cgroup v1 limit)' for a memory report at NEAR_LIMIT or above; else None."""
-    if not report or report.get("limit_used", 0) < NEAR_LIMIT * report.get("limit", 0):
+    """'410 of 420 MiB (cgroup v1 limit)' for a memory report at NEAR_LIMIT or above (or NEAR_ADDRESS_SPACE
+    from an address space limit); else None."""
+    if not report:
+        return None
+    headroom = report["limit"] - report["limit_used"]
+    near = NEAR_ADDRESS_SPACE if report["limit_name"] in ADDRESS_SPACE else 0
+    if headroom > max((1 - NEAR_LIMIT) * report["limit"], near):
         return None
     return Limit(report["limit_name"], report["limit"], report["limit_used"]).describe()
+
+
+def limited(report: dict) -> str | None:
+    """'1310 of 1660 MiB (RLIMIT_AS)' for a rank under a limit of its own (not only the machine's free memory)."""
+    if not report or report["limit_name"] == "MemAvailable":
+        return None
+    return Limit(report["limit_name"], report["limit"], report["limit_used"]).describe()
+
+
+def grew(told: dict, now: dict) -> bool:
+    """A rank's use of its limit grew by a tenth of the limit since it last told rank 0: worth telling at once
+    (a step's first allocations can end it before the next heartbeat)."""
+    return bool(now) and now["limit_used"] - told.get("limit_used", 0) > (1 - NEAR_LIMIT) * now["limit"]
 
 
 def ran_out_of(error: BaseException) -> str | None:
@@ -166,6 +189,8 @@ def ran_out_of(error: BaseException) -> str | None:
     of files or memory may be unable to do."""
     exhausted = "ResourceExhaustedError" in (cls.__name__ for cls in type(error).__mro__)
     if isinstance(error, MemoryError) or (exhausted and re.search(r"\bOOM\b|alloc|out of memory", str(error), re.I)):
+        return "memory"
+    if re.search(MAP_FAILED, str(error)):  # a library's load (ImportError, OSError, TensorFlow's NotFoundError)
         return "memory"
     if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
         return "threads"
@@ -194,5 +219,6 @@ def ran_out(error: BaseException, rank: int | None = None) -> RanOut | None:
     if what == "memory":
         with contextlib.suppress(OSError, MemoryError):
             where = f" at {tightest().describe()}"
+    advice = ADVICE[what] if not re.search(MAP_FAILED, str(error)) else ADVICE["memory"].split(", or ")[1].capitalize()
     detail = next((line.strip() for line in str(error).splitlines() if line.startswith("OOM ")), first_line(error))
-    return RanOut(f"rank {rank} ran out of {what}{where}: {detail[:200]}; {ADVICE[what]}")
+    return RanOut(f"rank {rank} ran out of {what}{where}: {detail[:200]}; {advice}")

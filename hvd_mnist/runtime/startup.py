@@ -20,6 +20,7 @@ from typing import IO, NoReturn
 from hvd_mnist.errors import RunEnded, first_line
 from hvd_mnist.runtime import lazy_api
 from hvd_mnist.runtime.process import seconds_since_start
+from hvd_mnist.runtime.resources import ran_out
 
 # What TensorFlow 2.21's __init__ imports to load all of Keras eagerly, and lets fail (import_tensorflow_quietly).
 KERAS_EAGER_LOAD = "keras.src.optimizers"
@@ -96,7 +97,7 @@ def import_tensorflow_quietly() -> None:
         except (ImportError, OSError, tensorflow.errors.NotFoundError) as err:
             unusable = err  # raised below, once the native lines of the failed load are discarded
     if unusable is not None:
-        raise RunEnded(horovod_unusable(unusable, tensorflow.__version__))
+        raise ran_out(unusable) or RunEnded(horovod_unusable(unusable, tensorflow.__version__))
 
 
 def hooks_on() -> bool:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hvd_mnist.runtime import native_lines
+
 PACKAGE = Path(__file__).resolve().parents[1]  # hvd_mnist/
 LIBRARIES = tuple(str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "purelib", "platlib"))
 # HVD_MNIST_FLIGHT_RECORDER=0 keeps only the current block, and leaves the steps' allreduce untimed (the
@@ -96,7 +98,9 @@ class Whereabouts:
                   + "".join(traceback.format_stack(frames[ident])) for ident in order]
         record = [f"\n--- flight record: the last {len(self._record)} guarded blocks, newest last"]
         record += [passage.line(now) for passage in list(self._record)]
-        text = "\n".join(head + stacks[:1] + record + stacks[1:]) + "\n"
+        held = native_lines.held()
+        native = [f"\n--- Horovod's log lines, kept off the console: the last {len(held)}", *held] if held else []
+        text = "\n".join(head + stacks[:1] + record + native + stacks[1:]) + "\n"
         return text if len(text) <= MAX_DUMP_CHARS else text[:MAX_DUMP_CHARS] + "\n[cut]\n"
 
 
