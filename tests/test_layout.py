@@ -1,6 +1,6 @@
 """The house's rules: hvd_mnist.runtime (what keeps a run alive) never imports hvd_mnist.train (what trains), and
-train reaches runtime only through its door: the Supervisor, and plain values (World, RunDir, the start-up
-phases, `writing`)."""
+train reaches runtime only through its one door, the supervisor module (the Supervisor, and the plain values it
+names in `__all__`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from helpers import BIN, ROOT
 
 RUNTIME = ROOT / "hvd_mnist" / "runtime"
 TRAIN = ROOT / "hvd_mnist" / "train"
-DOOR = {f"hvd_mnist.runtime.{name}" for name in ("supervisor", "distribution", "rundir", "startup", "writes")}
+DOOR = {"hvd_mnist.runtime.supervisor"}
 
 
 def imported_modules(source: str, path: Path) -> set[str]:

@@ -16,7 +16,7 @@ import tensorflow as tf
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
 from hvd_mnist.runtime.distribution import World
 from hvd_mnist.runtime.dumps import watch_requests, write_dumps
-from hvd_mnist.runtime.heartbeats import Heartbeats
+from hvd_mnist.runtime.heartbeats import Heartbeats, RankLiveness
 from hvd_mnist.runtime.resources import memory_report, ran_out_of
 from hvd_mnist.runtime.rundir import RunDir
 from hvd_mnist.runtime.watchdog import Watchdog
@@ -112,6 +112,16 @@ class CollectiveGuard:
         """Before this rank ends for a reason of its own, tell the others (a consequence is not a reason)."""
         if not isinstance(error, WorkerLost | StopRequested):
             self.heartbeats.state_failure(str(error))
+
+    def checkpointed(self, path: str | None) -> None:
+        """Rank 0's last good checkpoint, which every rank names if the run fails."""
+        self.heartbeats.checkpoint = path
+
+    def liveness(self) -> tuple[dict[int, RankLiveness], str | None]:
+        return self.heartbeats.ranks(), self.heartbeats.checkpoint
+
+    def progressed(self, step: int) -> None:
+        self.heartbeats.progressed(step)
 
     def last_checkpoint(self) -> str:
         return f"; last good checkpoint: {self.heartbeats.checkpoint or 'none'}"

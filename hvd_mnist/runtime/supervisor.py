@@ -1,4 +1,5 @@
-"""The one object through which training uses the runtime (the facade between the two rooms).
+"""The training side's one door to the runtime: the Supervisor, and the plain values training holds (World,
+RunDir, the start-up phases, `writing`), named in `__all__` (tests/test_layout.py allows no other way in).
 
 The training loop asks it to guard a collective, tells it the step and each good checkpoint, asks whether a
 stop was requested, and runs inside its `watching` block, which turns whatever ends the run into one line
@@ -8,7 +9,11 @@ that every rank can repeat. Lightning keeps the same machinery in connectors bes
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -18,13 +23,19 @@ import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
 from hvd_mnist.runtime import faults, whereabouts
-from hvd_mnist.runtime.distribution import World
+from hvd_mnist.runtime.distribution import World, on_chief
 from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
 from hvd_mnist.runtime.guard import CollectiveGuard
 from hvd_mnist.runtime.heartbeats import RankLiveness
 from hvd_mnist.runtime.resources import Limit, cgroup_key, ran_out, tightest
 from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.startup import import_keras, phase_done, phases, process_started_at
 from hvd_mnist.runtime.stopping import StopSignal, describe, first_cause
+from hvd_mnist.runtime.writes import writing
+
+__all__ = ["Limit", "RankLiveness", "RunDir", "Supervisor", "World", "import_keras", "phase_done", "phases",
+           "process_started_at", "writing"]
+log = logging.getLogger("hvd_mnist")
 
 T = TypeVar("T")
 
@@ -40,6 +51,7 @@ class Supervisor:
         self._guard = CollectiveGuard(collective_timeout, elastic)
         self._stop = StopSignal()
         self._elastic_state: VariablesState | None = None
+        threading.excepthook = self._thread_failed
 
     # --- the session's ends ------------------------------------------------------------------------------------
 
@@ -53,6 +65,19 @@ class Supervisor:
             raise
         except Exception as err:
             raise ran_out(err, self.world and self.world.rank) or crashed(err, self.crash_dir) from None
+
+    def _thread_failed(self, args: threading.ExceptHookArgs) -> None:
+        """A background thread's exception never prints a traceback: one that ran out (of threads, memory,
+        files) ends the rank, its cause told to the others first; any other is logged with its traceback's file."""
+        if args.exc_type is SystemExit or args.exc_value is None:
+            return
+        ended = ran_out(args.exc_value, self.world and self.world.rank)
+        if ended is None:
+            log.error("thread %s failed: %s", args.thread and args.thread.name, crashed(args.exc_value, self.crash_dir))
+            return
+        print(f"hvd-mnist: error: {ended}", file=sys.stderr, flush=True)
+        self._guard.state(ended)
+        os._exit(ended.exit_code)  # the main thread may be blocked in a collective; the checkpoints are whole
 
     def guarded(self, step: int, what: str, nbytes: int | None = None) -> contextlib.AbstractContextManager[None]:
         """A block of collectives, bounded by --collective-timeout and kept in the flight record (`nbytes`: what
@@ -89,7 +114,7 @@ class Supervisor:
         self.world = world
         self._guard.start_heartbeats(world, step)
         if world.is_chief:
-            self._guard.heartbeats.checkpoint = checkpoint
+            self._guard.checkpointed(checkpoint)
         self._stop.install(watch_launcher=world.size > 1)
         try:
             yield
@@ -129,11 +154,11 @@ class Supervisor:
 
     def progress(self, step: int) -> None:
         """This rank reached `step` (the heartbeats carry it to rank 0)."""
-        self._guard.heartbeats.progressed(step)
+        self._guard.progressed(step)
 
     def checkpointed(self, path: str) -> None:
         """Rank 0 wrote a good checkpoint: every rank can name it from now on if the run fails."""
-        self._guard.heartbeats.checkpoint = path
+        self._guard.checkpointed(path)
 
     def last_checkpoint(self) -> str:
         """'; last good checkpoint: PATH' (or none), the tail of every failure's line."""
@@ -144,7 +169,16 @@ class Supervisor:
     def liveness(self) -> tuple[dict[int, RankLiveness], str | None]:
         """For watching from outside (rank 0): each rank's last step, seconds since it was last heard and since
         it last progressed, and the last good checkpoint."""
-        return self._guard.heartbeats.ranks(), self._guard.heartbeats.checkpoint
+        return self._guard.liveness()
+
+    def on_chief(self, action: Callable[[], T], name: str) -> T:
+        """`action` on rank 0 only, its result or its UserError handed to every rank (HVD: rank 0 writes)."""
+        return on_chief(self.world, action, name)
+
+    def weights_digests(self, step: int, digest: str) -> list[str]:
+        """Every rank's digest of its weights, which must all be equal after training."""
+        with self.guarded(step, "comparing the ranks' weights"):
+            return hvd.allgather_object(digest, name="weights_digest")
 
     @property
     def stop_vote(self) -> float:

@@ -1,16 +1,22 @@
-"""Export the moving-average weights as a SavedModel with a serving signature."""
+"""Export the moving-average weights as a SavedModel with a serving signature, at the end of a run as --export
+says."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.idx import NUM_PIXELS
+from hvd_mnist.runtime.supervisor import World, writing
+from hvd_mnist.train.checkpointing import Checkpoints
 from hvd_mnist.train.model import Classifier
 from hvd_mnist.train.schedule import MovingAverage
 from hvd_mnist.train.user_model import build_model
+
+log = logging.getLogger("hvd_mnist")
 
 
 class ServingModel(tf.Module):
@@ -40,3 +46,17 @@ def export_checkpoint(checkpoint_path: str, config: TrainConfig, directory: Path
     ema = MovingAverage(list(model.trainable_variables), config.ema_decay)
     tf.train.Checkpoint(model=model, ema=ema).restore(checkpoint_path).expect_partial()
     return export_model(model, ema, directory)
+
+
+def export_at_end(config: TrainConfig, world: World, model: Classifier, ema: MovingAverage, checkpoints: Checkpoints,
+                  target: Path) -> None:
+    """The run's model as --export asks: the final moving-average weights, or the best checkpoint's (if one was
+    kept), or none. Rank 0 writes it: the ranks hold the same weights."""
+    if not world.is_chief:
+        return
+    with writing("the exported model", target):
+        if config.export == "final":
+            log.info("exported the moving-average model to %s", export_model(model, ema, target))
+        elif config.export == "best" and checkpoints.best is not None:
+            log.info("exported the best checkpoint's moving-average model (%s) to %s", checkpoints.best,
+                     export_checkpoint(checkpoints.best, config, target))

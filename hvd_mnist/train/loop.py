@@ -9,18 +9,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.errors import RunEnded, UserError
-from hvd_mnist.runtime.distribution import World, on_chief
-from hvd_mnist.runtime.rundir import RunDir
-from hvd_mnist.runtime.startup import phase_done, phases, process_started_at
-from hvd_mnist.runtime.supervisor import Supervisor
-from hvd_mnist.runtime.writes import writing
+from hvd_mnist.runtime.supervisor import RunDir, Supervisor, World, phase_done, phases, process_started_at, writing
 from hvd_mnist.train.cadence import REPORTED, Action, Cadence
 from hvd_mnist.train.checkpointing import Checkpoints
 from hvd_mnist.train.export import export_checkpoint, export_model
@@ -160,8 +155,7 @@ class TrainingLoop:
 
     def _finish(self, step: int, loss: float) -> RunResult:
         """Check the ranks agree bit for bit, evaluate the moving averages on the test set, export (rank 0)."""
-        with self.supervisor.guarded(step, "comparing the ranks' weights"):
-            digests = hvd.allgather_object(self.replica.weights_digest(), name="weights_digest")
+        digests = self.supervisor.weights_digests(step, self.replica.weights_digest())
         if len(set(digests)) != 1:
             raise RunEnded(f"ranks hold different weights after training: {digests}")
         log.info("weights identical on all %d ranks (sha256 %s)", self.world.size, digests[0][:16])
@@ -279,7 +273,7 @@ class TrainingLoop:
         with self.supervisor.guarded(0, "restoring"):
             if self.config.restores:
                 restore = functools.partial(self.checkpoints.restore_newest_intact, self.config.resume_from)
-                log.info("resumed from %s", on_chief(self.world, restore, "restore"))
+                log.info("resumed from %s", self.supervisor.on_chief(restore, "restore"))
             self.replica.broadcast_from_chief()
         start_step = int(self.replica.step.numpy())
         if start_step >= self.config.steps:
@@ -308,7 +302,7 @@ class TrainingLoop:
             return self._run()
 
         def on_reset() -> None:
-            log.warning("elastic reset: %d rank(s) now, rolled back to step %d", hvd.size(),
+            log.warning("elastic reset: %d rank(s) now, rolled back to step %d", self.world.refreshed().size,
                         int(self.replica.step.numpy()))
 
         return self.supervisor.run_elastic(self.replica.synced_variables, self.replica.broadcast_from_chief, self.world,

@@ -18,7 +18,7 @@ import tensorflow as tf
 from hvd_mnist.data.idx import NUM_CLASSES, NUM_PIXELS
 from hvd_mnist.errors import UserError
 from hvd_mnist.model_registry import MODELS
-from hvd_mnist.runtime.startup import import_keras
+from hvd_mnist.runtime.supervisor import import_keras
 from hvd_mnist.train.model import Classifier
 
 PROBE_BATCH = 2
