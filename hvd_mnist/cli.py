@@ -12,8 +12,8 @@ from hvd_mnist import config_file
 from hvd_mnist.config import CLASSIC, EXPORTS, MLFLOW_LOCAL_STORE, MODELS, TrainConfig
 from hvd_mnist.data.sources import DATASETS
 from hvd_mnist.errors import RunEnded, UserError, crashed
-from hvd_mnist.runtime.resources import ran_out
-from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.health.resources import ran_out
+from hvd_mnist.runtime.storage.rundir import RunDir
 
 EPILOG = """examples:
   horovodrun -np 2 python -m hvd_mnist                      # offline MNIST sample, 2 workers
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if print_config:
             print(config_file.to_toml(config), end="")
             return 0
-        from hvd_mnist.runtime.startup import import_tensorflow_quietly, phase_done
+        from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly, phase_done
 
         phase_done("python_and_flags")
         import_tensorflow_quietly()  # seconds; only once the flags are known to be good
@@ -225,6 +225,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The `hvd-mnist` command and `python -m hvd_mnist`: main(), then a quick exit (startup.end_process)."""
-    from hvd_mnist.runtime.startup import end_process
+    from hvd_mnist.runtime.boot.startup import end_process
 
     end_process(main())

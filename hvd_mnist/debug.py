@@ -1,5 +1,5 @@
 """`hvd-mnist debug RUN_DIR`: every rank's Python stacks and flight record from the job running in RUN_DIR, into
-RUN_DIR/debug/, without stopping it (runtime/dumps.py is rank 0's side)."""
+RUN_DIR/debug/, without stopping it (runtime/health/dumps.py is rank 0's side)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from hvd_mnist.runtime.rundir import RunDir, in_use
+from hvd_mnist.runtime.storage.rundir import RunDir, in_use
 
 ANSWER_WAIT_S = 30.0  # how long to wait for rank 0 to write the dumps
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.storage.rundir import RunDir
 
 
 def read_events(run_dir: RunDir) -> list[dict]:

@@ -16,10 +16,10 @@ from hvd_mnist.data.records import check_record_files, read_records
 from hvd_mnist.data.sources import Dataset, hold_out_validation, load_dataset
 from hvd_mnist.errors import UserError
 from hvd_mnist.model_registry import MODELS
-from hvd_mnist.runtime.distribution import World, on_chief, placement, setup_world
-from hvd_mnist.runtime.rundir import RunDir, prepare_run_dir
-from hvd_mnist.runtime.startup import phase_done
+from hvd_mnist.runtime.boot.startup import phase_done
+from hvd_mnist.runtime.storage.rundir import RunDir, prepare_run_dir
 from hvd_mnist.runtime.supervisor import Supervisor
+from hvd_mnist.runtime.world.distribution import World, on_chief, placement, setup_world
 from hvd_mnist.train.loop import RunResult, TrainingLoop
 from hvd_mnist.train.plan import BatchPlan
 from hvd_mnist.train.reporting import configure_logging

@@ -53,7 +53,7 @@ def memory_cgroup() -> Iterator[Callable[[int], Path]]:
     """`memory_cgroup(BYTES)` makes a memory cgroup (v1 or v2, whichever this machine has) under this process's own,
     limited to BYTES, and returns it (a process joins it by writing its pid to its cgroup.procs); the test is
     skipped where none can be made (it needs root), and every one is removed afterwards."""
-    from hvd_mnist.runtime.resources import CGROUP_ROOT
+    from hvd_mnist.runtime.health.resources import CGROUP_ROOT
 
     here = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
     v1 = [path for _, controllers, path in here if "memory" in controllers.split(",")]

@@ -17,7 +17,7 @@ from hvd_mnist.data.idx import LABELS_MAGIC, write_idx
 from hvd_mnist.data.records import serialize_example, write_records
 from hvd_mnist.data.sources import Split
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime.rundir import prepare_run_dir
+from hvd_mnist.runtime.storage.rundir import prepare_run_dir
 from hvd_mnist.session import load_data
 
 

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 from helpers import BIN, run_cli
+from hvd_mnist.train.reporting import ConsoleHandler
 
 from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
 from hvd_mnist.launching import HOROVODRUN
 from hvd_mnist.train.plan import BatchPlan
-from hvd_mnist.train.reporting import ConsoleHandler
 
 
 def test_defaults_learn_and_classic_restores_the_tower_script():
@@ -90,7 +90,7 @@ def test_no_flag_is_an_ambiguous_abbreviation_of_a_horovodrun_option():
 def test_tensorflow_and_horovod_are_imported_without_keras_or_matplotlib_which_stay_importable():
     # TensorFlow loads Keras eagerly, Horovod's SyncBatchNormalization needed it (build_horovod.sh's patch 8), and
     # Keras imports matplotlib.pyplot (0.45 s per rank): none of them is used by the built-in models.
-    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly, import_keras; "
+    probe = ("import sys; from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly, import_keras; "
              "import_tensorflow_quietly(); "
              "assert 'horovod.tensorflow' in sys.modules, sorted(sys.modules); "
              "assert not {'keras', 'matplotlib'} & set(sys.modules), sorted(sys.modules); "

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or len(os.sched
 
 CHILD = """
 import os, sys, threading
-from hvd_mnist.runtime.distribution import bind_to_cores
+from hvd_mnist.runtime.world.distribution import bind_to_cores
 if sys.argv[3] == "prebound":
     os.sched_setaffinity(0, {0})
 idle = threading.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-from hvd_mnist.runtime.elastic import elastic_signal
+from hvd_mnist.runtime.world.elastic import elastic_signal
 
 
 def test_a_failed_horovod_op_of_any_kind_rolls_back():

@@ -17,13 +17,13 @@ import time
 import pytest
 from helpers import wait_for as wait_for_seconds
 
-from hvd_mnist.runtime import heartbeats as heartbeats_module
-from hvd_mnist.runtime import transport
-from hvd_mnist.runtime import watchdog as watchdog_module
-from hvd_mnist.runtime.guard import link_failure
-from hvd_mnist.runtime.heartbeats import Heartbeats, describe
-from hvd_mnist.runtime.process import Process, boot_id, start_ticks
-from hvd_mnist.runtime.watchdog import Watchdog
+from hvd_mnist.runtime.boot.process import Process, boot_id, start_ticks
+from hvd_mnist.runtime.health import heartbeats as heartbeats_module
+from hvd_mnist.runtime.health import transport
+from hvd_mnist.runtime.health import watchdog as watchdog_module
+from hvd_mnist.runtime.health.guard import link_failure
+from hvd_mnist.runtime.health.heartbeats import Heartbeats, describe
+from hvd_mnist.runtime.health.watchdog import Watchdog
 
 # Quick heartbeats, and a silence that no stall of a loaded machine's threads reaches by chance: the tests that
 # expect no cause wait past it, and the one that expects a silent rank waits for it as long as it must.

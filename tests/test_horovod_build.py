@@ -56,7 +56,7 @@ GRADIENT_RANKS = f"""
 import ctypes
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from hvd_mnist.runtime.distribution import bind_to_cores
+from hvd_mnist.runtime.world.distribution import bind_to_cores
 hvd.init()
 bind_to_cores(hvd.local_rank(), hvd.local_size())
 calls = ctypes.CDLL(None).epoll_wait_calls

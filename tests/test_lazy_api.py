@@ -1,5 +1,5 @@
-"""TensorFlow's API modules are stand-ins until used (runtime/lazy_api.py): what nobody uses is never imported,
-and what is used is what TensorFlow's own modules give; with them and the `typing` patch off (runtime/startup.py's
+"""TensorFlow's API modules are stand-ins until used (runtime/boot/lazy_api.py): what nobody uses is never imported,
+and what is used is what TensorFlow's own modules give; with them and the `typing` patch off (runtime/boot/startup.py's
 fence), a run trains to the same weights."""
 
 import os
@@ -10,8 +10,8 @@ from helpers import BIN, end_weights, read_metrics, run_trainer
 # Run in a fresh interpreter: the import happens once per process.
 PROBE = """
 import inspect, sys
-from hvd_mnist.runtime.lazy_api import ApiModuleOnUse
-from hvd_mnist.runtime.startup import import_tensorflow_quietly
+from hvd_mnist.runtime.boot.lazy_api import ApiModuleOnUse
+from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly
 import_tensorflow_quietly()
 import tensorflow as tf
 unused = {"tensorflow.python.tpu.ops.gen_xla_ops", "tensorflow.lite.python.lite",
@@ -67,7 +67,7 @@ def test_api_modules_load_on_first_use_and_only_then():
 
 
 def test_the_stand_ins_can_be_turned_off():
-    probe = ("import sys; from hvd_mnist.runtime.startup import import_tensorflow_quietly; "
+    probe = ("import sys; from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly; "
              "import_tensorflow_quietly(); import tensorflow as tf; from types import ModuleType; "
              "assert type(sys.modules['tensorflow._api.v2.signal']) is ModuleType; "
              "assert 'tensorflow.python.tpu.ops.gen_xla_ops' in sys.modules; print('ok')")

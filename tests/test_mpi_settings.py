@@ -2,8 +2,8 @@
 
 import pytest
 
-from hvd_mnist.runtime import distribution
-from hvd_mnist.runtime.distribution import open_mpi_defaults
+from hvd_mnist.runtime.world import distribution
+from hvd_mnist.runtime.world.distribution import open_mpi_defaults
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 from hvd_mnist.errors import RanOut
-from hvd_mnist.runtime import resources
-from hvd_mnist.runtime.heartbeats import describe
+from hvd_mnist.runtime.health import resources
+from hvd_mnist.runtime.health.heartbeats import describe
 
 MIB = 2**20
 PROBE = "import json; from hvd_mnist.runtime import resources as r; print(json.dumps(r.memory_report({share})))"

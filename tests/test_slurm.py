@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT, launcher_env, read_metrics, started, wait_for, wait_for_step
 from slurm_cluster import KILL_WAIT_S, SlurmCluster
 
-from hvd_mnist.runtime.distribution import slurm_tasks_on_node
+from hvd_mnist.runtime.world.distribution import slurm_tasks_on_node
 
 pytestmark = pytest.mark.slow
 

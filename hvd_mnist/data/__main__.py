@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> None:
     if args.command == "download":
         log.info("MNIST files verified in %s", download_mnist(args.dest, args.mirror))
         return
-    from hvd_mnist.runtime.startup import import_tensorflow_quietly
+    from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()
     from hvd_mnist.data.records import write_records

@@ -22,16 +22,17 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WriteFailed, crashed
-from hvd_mnist.runtime import faults, whereabouts
-from hvd_mnist.runtime.distribution import World, on_chief
-from hvd_mnist.runtime.elastic import VariablesState, elastic_signal, run_elastic
-from hvd_mnist.runtime.guard import CollectiveGuard
-from hvd_mnist.runtime.heartbeats import RankLiveness
-from hvd_mnist.runtime.resources import Limit, cgroup_key, ran_out, tightest
-from hvd_mnist.runtime.rundir import RunDir
-from hvd_mnist.runtime.startup import import_keras, phase_done, phases, process_started_at
-from hvd_mnist.runtime.stopping import StopSignal, describe, first_cause
-from hvd_mnist.runtime.writes import writing
+from hvd_mnist.runtime import faults
+from hvd_mnist.runtime.boot.startup import import_keras, phase_done, phases, process_started_at
+from hvd_mnist.runtime.health import whereabouts
+from hvd_mnist.runtime.health.guard import CollectiveGuard
+from hvd_mnist.runtime.health.heartbeats import RankLiveness
+from hvd_mnist.runtime.health.resources import Limit, cgroup_key, ran_out, tightest
+from hvd_mnist.runtime.health.stopping import StopSignal, describe, first_cause
+from hvd_mnist.runtime.storage.rundir import RunDir
+from hvd_mnist.runtime.storage.writes import writing
+from hvd_mnist.runtime.world.distribution import World, on_chief
+from hvd_mnist.runtime.world.elastic import VariablesState, elastic_signal, run_elastic
 
 __all__ = ["Limit", "RankLiveness", "RunDir", "Supervisor", "World", "import_keras", "phase_done", "phases",
            "process_started_at", "writing"]

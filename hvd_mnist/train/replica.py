@@ -2,7 +2,7 @@
 
 The Horovod pattern is here as in examples/custom_loop.py, each step marked "HVD:" where it happens: the
 gradients averaged over the ranks (_allreduce_mean) and every rank started from rank 0's state
-(broadcast_from_chief); the rest of it is in runtime/distribution.py, data/pipeline.py and train/loop.py.
+(broadcast_from_chief); the rest of it is in runtime/world/distribution.py, data/pipeline.py and train/loop.py.
 """
 
 from __future__ import annotations

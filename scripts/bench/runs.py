@@ -16,7 +16,7 @@ def prepare_data(out_dir: Path, dataset: str, timeout: int) -> tuple[Path, Path]
     data_dir = out_dir / "data" / dataset
     convert = ["-m", "hvd_mnist.data", "convert", "--dataset", dataset, "--out-dir", str(data_dir)]
     launch("python", 1, convert, data_dir, timeout=timeout)
-    from hvd_mnist.runtime.startup import import_tensorflow_quietly
+    from hvd_mnist.runtime.boot.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()  # no TensorFlow start-up lines in the benchmark's own output
     from hvd_mnist.data.records import read_records

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hvd_mnist.runtime.process import seconds_since_start
+from hvd_mnist.runtime.boot.process import seconds_since_start
 
 HIDDEN = 500
 INIT_STDDEV = 0.1

@@ -12,7 +12,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from hvd_mnist.errors import WriteFailed, first_line
-from hvd_mnist.runtime.resources import ran_out_of
+from hvd_mnist.runtime.health.resources import ran_out_of
 
 # The causes a user can act on, found by their text in TensorFlow's messages (which carry no errno).
 CAUSES = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hvd_mnist.runtime import native_lines
+from hvd_mnist.runtime.boot import native_lines
 
-PACKAGE = Path(__file__).resolve().parents[1]  # hvd_mnist/
+PACKAGE = Path(__file__).resolve().parents[2]  # hvd_mnist/
 LIBRARIES = tuple(str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "purelib", "platlib"))
 # HVD_MNIST_FLIGHT_RECORDER=0 keeps only the current block, and leaves the steps' allreduce untimed (the
 # benchmark measures the recorder's cost so; TORCH_NCCL_TRACE_BUFFER_SIZE=0 is PyTorch's equivalent).

@@ -14,13 +14,13 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
-from hvd_mnist.runtime.distribution import World
-from hvd_mnist.runtime.dumps import watch_requests, write_dumps
-from hvd_mnist.runtime.heartbeats import Heartbeats, RankLiveness
-from hvd_mnist.runtime.resources import memory_report, ran_out_of
-from hvd_mnist.runtime.rundir import RunDir
-from hvd_mnist.runtime.watchdog import Watchdog
-from hvd_mnist.runtime.whereabouts import Whereabouts
+from hvd_mnist.runtime.health.dumps import watch_requests, write_dumps
+from hvd_mnist.runtime.health.heartbeats import Heartbeats, RankLiveness
+from hvd_mnist.runtime.health.resources import memory_report, ran_out_of
+from hvd_mnist.runtime.health.watchdog import Watchdog
+from hvd_mnist.runtime.health.whereabouts import Whereabouts
+from hvd_mnist.runtime.storage.rundir import RunDir
+from hvd_mnist.runtime.world.distribution import World
 
 log = logging.getLogger("hvd_mnist")
 CAUSE_WAIT_S = 3.0  # after a failed collective, how long to wait for the heartbeats to tell why

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from hvd_mnist.runtime.process import Process
-from hvd_mnist.runtime.resources import ADDRESS_SPACE, grew, limited, near_limit
-from hvd_mnist.runtime.transport import (
+from hvd_mnist.runtime.boot.process import Process
+from hvd_mnist.runtime.health.resources import ADDRESS_SPACE, grew, limited, near_limit
+from hvd_mnist.runtime.health.transport import (
     HELLO_TIMEOUT_S,
     Connection,
     Listener,
@@ -35,7 +35,7 @@ from hvd_mnist.runtime.transport import (
     listen_address,
     local_addresses,
 )
-from hvd_mnist.runtime.whereabouts import Whereabouts
+from hvd_mnist.runtime.health.whereabouts import Whereabouts
 
 HEARTBEAT_S = 1.0
 MEMORY_EVERY_S = 0.2  # how often a rank samples its memory (the OOM killer gives no warning)

@@ -10,8 +10,8 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-from hvd_mnist.runtime.distribution import World
-from hvd_mnist.runtime.rundir import ELASTIC_CLAIM_WAIT_S, RunDir, claim
+from hvd_mnist.runtime.storage.rundir import ELASTIC_CLAIM_WAIT_S, RunDir, claim
+from hvd_mnist.runtime.world.distribution import World
 
 T = TypeVar("T")
 

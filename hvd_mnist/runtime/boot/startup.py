@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import IO, NoReturn
 
 from hvd_mnist.errors import RunEnded, first_line
-from hvd_mnist.runtime import lazy_api
-from hvd_mnist.runtime.process import seconds_since_start
-from hvd_mnist.runtime.resources import ran_out
+from hvd_mnist.runtime.boot import lazy_api
+from hvd_mnist.runtime.boot.process import seconds_since_start
+from hvd_mnist.runtime.health.resources import ran_out
 
 # What TensorFlow 2.21's __init__ imports to load all of Keras eagerly, and lets fail (import_tensorflow_quietly).
 KERAS_EAGER_LOAD = "keras.src.optimizers"

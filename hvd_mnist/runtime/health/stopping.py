@@ -9,7 +9,7 @@ import threading
 import time
 from types import FrameType
 
-from hvd_mnist.runtime.startup import LAUNCHER_PID
+from hvd_mnist.runtime.boot.startup import LAUNCHER_PID
 
 LAUNCHER_POLL_S = 1.0
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hvd_mnist.runtime.rundir import RunDir
+from hvd_mnist.runtime.storage.rundir import RunDir
 
 POLL_S = 1.0
 

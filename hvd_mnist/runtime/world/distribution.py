@@ -16,8 +16,8 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.errors import UserError
-from hvd_mnist.runtime import native_lines
-from hvd_mnist.runtime.startup import gpus_quietly
+from hvd_mnist.runtime.boot import native_lines
+from hvd_mnist.runtime.boot.startup import gpus_quietly
 
 # Where Linux lists RDMA devices (InfiniBand, Omni-Path, EFA, RoCE): what Open MPI's cm layer would use.
 FABRIC_DEVICES = "/sys/class/infiniband"
