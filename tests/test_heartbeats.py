@@ -18,11 +18,12 @@ import pytest
 from helpers import wait_for as wait_for_seconds
 
 from hvd_mnist.runtime.boot.process import Process, boot_id, start_ticks
-from hvd_mnist.runtime.health import heartbeats as heartbeats_module
+from hvd_mnist.runtime.health import roles as heartbeats_module
 from hvd_mnist.runtime.health import transport
 from hvd_mnist.runtime.health import watchdog as watchdog_module
+from hvd_mnist.runtime.health.causes import describe
 from hvd_mnist.runtime.health.guard import link_failure
-from hvd_mnist.runtime.health.heartbeats import Heartbeats, describe
+from hvd_mnist.runtime.health.roles import for_rank
 from hvd_mnist.runtime.health.watchdog import Watchdog
 
 # Quick heartbeats, and a silence that no stall of a loaded machine's threads reaches by chance: the tests that
@@ -42,9 +43,9 @@ def fast(monkeypatch):
 def ranks(fast):
     """Heartbeats of ranks 0, 1 and 2, connected; all stopped afterwards (each stop within a second)."""
     offers = []
-    chief = Heartbeats.for_rank(0, 3, local_only=True)
+    chief = for_rank(0, 3, local_only=True)
     chief.start(lambda offer: offers.append(offer) or offer)
-    others = [Heartbeats.for_rank(rank, 3) for rank in (1, 2)]
+    others = [for_rank(rank, 3) for rank in (1, 2)]
     for heartbeats in others:
         heartbeats.start(lambda _offer: offers[0])
     everyone = [chief, *others]

@@ -78,7 +78,7 @@ def test_the_stand_ins_can_be_turned_off():
 
 def test_the_hooks_are_off_for_a_tensorflow_they_were_not_tested_with():
     """The fence can fail: another TensorFlow version is imported as TensorFlow does, and one debug line says so."""
-    probe = ("import logging, sys; from types import ModuleType; from hvd_mnist.runtime import startup; "
+    probe = ("import logging, sys; from types import ModuleType; from hvd_mnist.runtime.boot import startup; "
              "logging.basicConfig(level=logging.DEBUG, format='%(levelname)s %(message)s'); "
              "assert startup.hooks_on(); startup.HOOKS_TESTED_WITH = ('2.0.0',); startup.import_tensorflow_quietly(); "
              "assert type(sys.modules['tensorflow._api.v2.signal']) is ModuleType; print('ok')")

@@ -14,10 +14,10 @@ import tensorflow as tf
 
 from hvd_mnist.errors import RanOut
 from hvd_mnist.runtime.health import resources
-from hvd_mnist.runtime.health.heartbeats import describe
+from hvd_mnist.runtime.health.causes import describe
 
 MIB = 2**20
-PROBE = "import json; from hvd_mnist.runtime import resources as r; print(json.dumps(r.memory_report({share})))"
+PROBE = "import json; from hvd_mnist.runtime.health import resources as r; print(json.dumps(r.memory_report({share})))"
 
 
 def report_under(setup: str, share: int = 1) -> dict:

@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from hvd_mnist.errors import RunEnded, StopRequested, WorkerLost
 from hvd_mnist.runtime.health.dumps import watch_requests, write_dumps
-from hvd_mnist.runtime.health.heartbeats import Heartbeats, RankLiveness
+from hvd_mnist.runtime.health.heartbeats import RankLiveness
 from hvd_mnist.runtime.health.resources import memory_report, ran_out_of
+from hvd_mnist.runtime.health.roles import for_rank
 from hvd_mnist.runtime.health.watchdog import Watchdog
 from hvd_mnist.runtime.health.whereabouts import Whereabouts
 from hvd_mnist.runtime.storage.rundir import RunDir
@@ -52,7 +53,7 @@ class CollectiveGuard:
         self.timeout = timeout
         self.elastic = elastic
         self.whereabouts = Whereabouts()
-        self.heartbeats = Heartbeats.for_rank(0, 1, whereabouts=self.whereabouts)  # alone until a world starts
+        self.heartbeats = for_rank(0, 1, whereabouts=self.whereabouts)  # alone until a world starts
         self.watchdog = Watchdog(timeout, self._timed_out, self._peer_gone)
         self.run_dir: RunDir | None = None  # where the dumps go (debug/), once every rank knows it
         self.memory_share = 1  # how many ranks share this rank's memory limit (its cgroup's, the machine's)
@@ -60,7 +61,7 @@ class CollectiveGuard:
 
     def start_heartbeats(self, world: World, step: int) -> None:
         """A new side channel for this world (a collective: every rank calls it at the same point)."""
-        self.heartbeats = Heartbeats.for_rank(world.rank, world.size, local_only=world.local_size == world.size,
+        self.heartbeats = for_rank(world.rank, world.size, local_only=world.local_size == world.size,
                                               whereabouts=self.whereabouts)
         self.heartbeats.on_dump_request = self.dump
         self.heartbeats.memory = lambda: memory_report(self.memory_share)
