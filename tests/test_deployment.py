@@ -326,8 +326,8 @@ def test_mpirun_cluster_command():
     assert argv[0] == "mpirun"
     for flags in (["-np", "8"], ["-H", "node1:4,node2:4"], ["-bind-to", "none"], ["-map-by", "slot"],
                   ["-x", "NCCL_DEBUG"], ["-x", "LD_LIBRARY_PATH"], ["-x", "PATH"], ["-mca", "pml", "ob1"],
-                  ["-mca", "btl", "^openib"]):
-        assert contains(argv, flags), flags
+                  ["-mca", "btl", "^openib"], ["-x", "PYTHONPATH"], ["-wdir", os.getcwd()]):
+        assert contains(argv, flags), flags  # PYTHONPATH and the directory: a user's --model module reaches every host
     assert argv[-7:] == ["python", "-m", "hvd_mnist", "--lr", "0.1", "--steps", "2000"]
 
 
