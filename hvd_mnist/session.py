@@ -22,7 +22,7 @@ from hvd_mnist.runtime.supervisor import Supervisor
 from hvd_mnist.runtime.world.distribution import World, on_chief, placement, setup_world
 from hvd_mnist.train.loop import RunResult, TrainingLoop
 from hvd_mnist.train.plan import BatchPlan
-from hvd_mnist.train.reporting import configure_logging
+from hvd_mnist.train.telemetry.reporting import configure_logging
 from hvd_mnist.train.user_model import build_model
 
 log = logging.getLogger("hvd_mnist")

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 from helpers import BIN, run_cli
-from hvd_mnist.train.reporting import ConsoleHandler
 
 from hvd_mnist.cli import build_parser, parse_config
 from hvd_mnist.errors import UserError
 from hvd_mnist.launching import HOROVODRUN
 from hvd_mnist.train.plan import BatchPlan
+from hvd_mnist.train.telemetry.reporting import ConsoleHandler
 
 
 def test_defaults_learn_and_classic_restores_the_tower_script():

@@ -11,7 +11,12 @@ import urllib.request
 
 import pytest
 
-from hvd_mnist.train.metrics_endpoint import HEADER_TIMEOUT_S, MAX_CONNECTIONS, RENDER_EVERY_S, MetricsEndpoint
+from hvd_mnist.train.telemetry.metrics_endpoint import (
+    HEADER_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    RENDER_EVERY_S,
+    MetricsEndpoint,
+)
 
 
 @pytest.fixture

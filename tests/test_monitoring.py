@@ -27,7 +27,7 @@ from helpers import (
     wait_for_step,
 )
 
-from hvd_mnist.train.stragglers import PACE_STEPS, RATIO, WINDOW
+from hvd_mnist.train.telemetry.stragglers import PACE_STEPS, RATIO, WINDOW
 from scripts.peers.local_workers import free_ports
 
 pytestmark = pytest.mark.slow

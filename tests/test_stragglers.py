@@ -3,7 +3,7 @@ never; named again after it kept pace; a world that changed size starts over."""
 
 from __future__ import annotations
 
-from hvd_mnist.train.stragglers import WINDOW, Stragglers
+from hvd_mnist.train.telemetry.stragglers import WINDOW, Stragglers
 
 EVEN = [(0.0020, 0.0019), (0.0021, 0.0018)]
 SLOW_RANK_1 = [(0.0020, 0.0072), (0.0073, 0.0019)]

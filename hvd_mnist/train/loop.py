@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
@@ -14,14 +13,16 @@ import tensorflow as tf
 from hvd_mnist.config import TrainConfig
 from hvd_mnist.data.pipeline import eval_batches, train_dataset
 from hvd_mnist.data.sources import Dataset
-from hvd_mnist.errors import RunEnded, UserError
+from hvd_mnist.errors import RunEnded
 from hvd_mnist.runtime.supervisor import RunDir, Supervisor, World, phase_done, phases, process_started_at, writing
 from hvd_mnist.train.cadence import REPORTED, Action, Cadence
 from hvd_mnist.train.checkpointing import Checkpoints
-from hvd_mnist.train.export import export_checkpoint, export_model
+from hvd_mnist.train.export import export_at_end
 from hvd_mnist.train.replica import Evaluation, Replica
-from hvd_mnist.train.reporting import Listener, Reporter, Throughput, configure_logging, reporting
-from hvd_mnist.train.stragglers import Pace, Stragglers
+from hvd_mnist.train.restore import log_plan, restore
+from hvd_mnist.train.telemetry.outputs import Outputs, Telemetry
+from hvd_mnist.train.telemetry.reporting import Throughput, configure_logging
+from hvd_mnist.train.telemetry.stragglers import Pace
 
 log = logging.getLogger("hvd_mnist")
 
@@ -54,12 +55,11 @@ class TrainingLoop:
         self.replica = Replica(config, world.size, supervisor.planned_delay(world.rank), timed=supervisor.recording)
         self.checkpoints = Checkpoints(run_dir.checkpoints, run_dir.best_checkpoints, config.keep_checkpoints,
                                        **self.replica.trackables())
-        self.reporter = Reporter(None, enabled=False)
-        self.listeners: list[Listener] | None = None  # Prometheus and MLflow, once started (rank 0)
+        self.telemetry = Telemetry(config, run_dir, supervisor)
+        self.outputs = Outputs()  # this rank's, while it trains
         self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
         self.evaluation_seconds = 0.0  # spent validating while training: the benchmark's phases part it out
         self.pace = Pace()  # this rank's compute and allreduce wait per step, for finding stragglers
-        self.stragglers = Stragglers()
 
     # --- the story ---------------------------------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ class TrainingLoop:
         """Run (or resume) training to the end, then evaluate the moving averages on the test set and export."""
         if self.config.elastic:
             return self._fit_elastic()
-        self._restore()
+        restore(self.config, self.world, self.supervisor, self.checkpoints, self.replica, self.run_dir)
         return self._run()
 
     def _run(self) -> RunResult:
@@ -78,34 +78,17 @@ class TrainingLoop:
         plan = self.replica.plan
         latest = self.checkpoints.latest if self.world.is_chief else None  # only rank 0 reads the run directory
         with self.supervisor.watching(self.world, start_step, latest), \
-                reporting(self.run_dir, self.world.is_chief, self._listeners()) as self.reporter:
+                self.telemetry.outputs(self.world) as self.outputs:
             changed = {name: [str(v) if isinstance(v, Path) else v for v in values]  # JSON: paths as text
                        for name, values in self.run_dir.config_changes.items()}
-            self.reporter.event("start", start_step=start_step, world_size=self.world.size,
-                                global_batch=plan.global_batch, accumulate=plan.micro_batches,
-                                started_at=process_started_at(), phases=phases(),
-                                **({"config_changes": changed} if changed else {}))
+            self.outputs.event("start", start_step=start_step, world_size=self.world.size,
+                               global_batch=plan.global_batch, accumulate=plan.micro_batches,
+                               started_at=process_started_at(), phases=phases(),
+                               **({"config_changes": changed} if changed else {}))
             step, loss = self._train(start_step)
             phase_done("trained")
             self.supervisor.training_done()
             return self._finish(step, loss)
-
-    def _listeners(self) -> list[Listener]:
-        """Rank 0's outside watchers, started once and fed by the reporter's events: --metrics-port's Prometheus
-        endpoint and --mlflow's tracking (imported only when asked for, off the default start-up path)."""
-        if self.listeners is None and self.world.is_chief:
-            self.listeners = []
-            if self.config.metrics_port is not None:
-                from hvd_mnist.train.monitoring import PrometheusMetrics
-
-                self.listeners.append(PrometheusMetrics(self.config.metrics_address, self.config.metrics_port,
-                                                         self.supervisor.liveness).observe)
-            if self.config.mlflow is not None:
-                from hvd_mnist.train.tracking import MlflowTracker
-
-                tracker = MlflowTracker(self.config.mlflow, self.config, self.run_dir.path, self.run_dir.export)
-                self.listeners.append(tracker.observe)
-        return self.listeners or []
 
     def _train(self, start_step: int) -> tuple[int, float]:
         """The steps, with a pause wherever the cadence has something due; returns the last step and loss."""
@@ -143,7 +126,7 @@ class TrainingLoop:
                 loss, stopping, slowest = self._report(step, due, metrics, throughput)
                 cadence = cadence.paced(slowest)
             if Action.HISTOGRAM in due:
-                self.reporter.histograms(step, replica.histograms(metrics["grads"]))
+                self.outputs.histograms(step, replica.histograms(metrics["grads"]))
             reached = Action.EVAL in due and self._evaluate(step)
             if stopping or reached or Action.CHECKPOINT in due:
                 self._save(step)
@@ -164,12 +147,12 @@ class TrainingLoop:
             with self.supervisor.guarded(step, "the test evaluation"):
                 accuracy = self._evaluate_on("test").accuracy
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
-            self.reporter.scalars(step, {"test_accuracy": accuracy})
+            self.outputs.scalars(step, {"test_accuracy": accuracy})
         phase_done("tested")
-        if self.world.is_chief:
-            self._export()
+        export_at_end(self.config, self.world, self.replica.model, self.replica.ema, self.checkpoints,
+                      self.run_dir.export)
         phase_done("exported")
-        self.reporter.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests,
+        self.outputs.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests,
                             phases=phases(), evaluation_seconds=round(self.evaluation_seconds, 3))
         return RunResult(step, loss, accuracy, digests)
 
@@ -188,20 +171,15 @@ class TrainingLoop:
                            f"{self.supervisor.last_checkpoint()}")
         if Action.LOG in due:
             examples_per_sec, sec_per_batch = throughput.read()
-            log.info("step %d/%d  loss %.4f  accuracy %.3f  lr %.6f  %.0f examples/sec  %.4f sec/batch",
-                     step, self.config.steps, means.loss, means.accuracy, lr, examples_per_sec, sec_per_batch)
-            self.reporter.event("train", step=step, loss=means.loss, accuracy=means.accuracy, lr=lr,
-                                examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch,
-                                rank_compute_ms=[round(compute * 1e3, 3) for compute, _ in means.paces],
-                                rank_allreduce_wait_ms=[round(wait * 1e3, 3) for _, wait in means.paces])
+            self.outputs.event("train", step=step, loss=means.loss, accuracy=means.accuracy, lr=lr,
+                               examples_per_sec=examples_per_sec, sec_per_batch=sec_per_batch,
+                               rank_compute_ms=[round(compute * 1e3, 3) for compute, _ in means.paces],
+                               rank_allreduce_wait_ms=[round(wait * 1e3, 3) for _, wait in means.paces])
             if self.pace.full:
                 self.pace.reset()
-                straggler = self.stragglers.observe(means.paces)
-                if straggler and self.world.is_chief:
-                    log.warning("%s", straggler)
-                    self.reporter.event("straggler", step=step, message=straggler)
+                self.outputs.paces(step, means.paces)
         if Action.SUMMARY in due:
-            self.reporter.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
+            self.outputs.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
         return means.loss, means.stop_votes > 0, max(compute + wait for compute, wait in means.paces)
 
     def _evaluate(self, step: int) -> bool:
@@ -210,10 +188,8 @@ class TrainingLoop:
         with self.supervisor.guarded(step, "the validation"):
             result = self._evaluate_on("validation")
         self.evaluation_seconds += time.perf_counter() - started
-        log.info("step %d/%d  validation accuracy %.4f  loss %.4f  (%d examples)", step, self.config.steps,
-                 result.accuracy, result.loss, result.examples)
-        self.reporter.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)
-        self.reporter.scalars(step, {"validation/accuracy": result.accuracy, "validation/loss": result.loss})
+        self.outputs.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)
+        self.outputs.scalars(step, {"validation/accuracy": result.accuracy, "validation/loss": result.loss})
         if self.config.keep_best and result.accuracy > float(self.replica.best_accuracy.numpy()):
             self.replica.best_accuracy.assign(result.accuracy)
             if self.world.is_chief:
@@ -222,11 +198,8 @@ class TrainingLoop:
         target = self.config.target_accuracy
         if target is None or result.accuracy < target:
             return False
-        seconds = phase_done("target_reached")
-        log.info("reached the target validation accuracy %.4f (%.4f) at step %d, %.1f s after start",
-                 target, result.accuracy, step, seconds)
-        self.reporter.event("target_reached", step=step, target=target, accuracy=result.accuracy,
-                            seconds_since_start=seconds)
+        self.outputs.event("target_reached", step=step, target=target, accuracy=result.accuracy,
+                           seconds_since_start=phase_done("target_reached"))
         return True
 
     def _evaluate_on(self, split: str) -> Evaluation:
@@ -252,43 +225,10 @@ class TrainingLoop:
         """End the run after a stop request: every rank got here at the same step, and rank 0 has checkpointed."""
         saved = f"checkpoint {self.checkpoints.latest} written" if self.world.is_chief else "rank 0 checkpointed it"
         ended = self.supervisor.stopped(step, saved)
-        self.reporter.event("stopped", step=step, reason=ended.reason)
+        self.outputs.event("stopped", step=step, reason=ended.reason)
         raise ended
 
-    def _export(self) -> None:
-        """The moving-average model as a SavedModel: the final weights, or the best checkpoint's (--export)."""
-        target = self.run_dir.export
-        with writing("the exported model", target):
-            if self.config.export == "final":
-                log.info("exported the moving-average model to %s",
-                         export_model(self.replica.model, self.replica.ema, target))
-            elif self.config.export == "best" and self.checkpoints.best is not None:
-                log.info("exported the best checkpoint's moving-average model (%s) to %s", self.checkpoints.best,
-                         export_checkpoint(self.checkpoints.best, self.config, target))
-
-    # --- start and restore ---------------------------------------------------------------------------------------
-
-    def _restore(self) -> None:
-        """Load the latest checkpoint on rank 0 and share it (or rank 0's initialization) with every rank."""
-        with self.supervisor.guarded(0, "restoring"):
-            if self.config.restores:
-                restore = functools.partial(self.checkpoints.restore_newest_intact, self.config.resume_from)
-                log.info("resumed from %s", self.supervisor.on_chief(restore, "restore"))
-            self.replica.broadcast_from_chief()
-        start_step = int(self.replica.step.numpy())
-        if start_step >= self.config.steps:
-            raise UserError(f"--resume: the checkpoint is at step {start_step}, not before --steps {self.config.steps}")
-        previous = int(self.replica.global_batch.numpy())  # the checkpoint's
-        plan = self.replica.follow(self.world.size)
-        if previous != plan.global_batch:
-            log.warning("global batch changes from %d to %d (%d rank(s) x %d x %d micro-batches) at step %d; the LR "
-                        "schedule follows the new global batch", previous, plan.global_batch, self.world.size,
-                        plan.batch_size, plan.micro_batches, start_step)
-        self._log_plan()
-
-    def _log_plan(self) -> None:
-        log.info("model %s, %s, %d steps, output in %s", self.config.model, self.replica.plan.describe(),
-                 self.config.steps, self.run_dir)
+    # --- elastic --------------------------------------------------------------------------------------------------
 
     def _fit_elastic(self) -> RunResult:
         """Horovod Elastic: on every reset the survivors roll back to the last commit, rescale and re-shard."""
@@ -298,7 +238,7 @@ class TrainingLoop:
         def train(world: World) -> RunResult:  # after Horovod's sync: a worker that just joined has rank 0's state
             self.world = world
             self.replica.follow(world.size)
-            self._log_plan()
+            log_plan(self.config, self.replica, self.run_dir)
             return self._run()
 
         def on_reset() -> None:
