@@ -160,7 +160,7 @@ class TrainingLoop:
 
     def _report(self, step: int, due: frozenset[Action], metrics: dict[str, tf.Tensor],
                 throughput: Throughput) -> tuple[float, bool, float]:
-        """Average loss, accuracy and stop votes over the ranks, log and summarize; returns the averaged loss,
+        """Average loss, accuracy and stop votes over the ranks, tell the outputs; returns the averaged loss,
         whether any rank asked to stop, and the slowest rank's seconds per step (the same on every rank)."""
         with self.supervisor.guarded(step, "averaging the metrics"):
             means = self.replica.average_over_ranks(metrics["loss"], metrics["accuracy"], self.supervisor.stop_vote,
