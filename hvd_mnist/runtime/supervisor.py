@@ -88,7 +88,9 @@ class Supervisor:
     def memory_limit(self, world: World) -> tuple[int, Limit]:
         """The rank with the least memory left under its tightest limit, and that limit (each rank's share where
         ranks of a node share one cgroup): every rank learns it, so that all refuse a batch that one cannot hold.
-        Each rank's heartbeats carry its memory against its share from now on."""
+        Each rank's heartbeats carry its memory against its share from now on, and the Supervisor serves this
+        world (on_chief) from here, the session's first collective."""
+        self.world = world
         if self.elastic:  # no collective before hvd.elastic.run: the node's ranks may share one limit
             self._guard.memory_share = world.local_size
             return world.rank, tightest(world.local_size)
