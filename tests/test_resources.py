@@ -36,6 +36,16 @@ def test_a_cgroup_limit_is_seen_and_shared(memory_cgroup):
     assert 0 < alone["limit_used"] < alone["limit"] and alone["rss"] > 0 and alone["peak"] >= alone["rss"]
 
 
+def test_ranks_share_a_limit_only_within_one_cgroup(memory_cgroup):
+    """The key that groups ranks sharing a limit: the same cgroup gives the same key, another cgroup or none
+    another (by its inode, as any container sees it, and the machine's boot)."""
+    key = "from hvd_mnist.runtime.health import resources as r; print(r.cgroup_key())"
+    first, second = (f"echo $$ > {memory_cgroup(420 * MIB)}/cgroup.procs" for _ in range(2))
+    keys = [subprocess.run(["sh", "-c", f'{setup}; exec "$0" -c "$1"', sys.executable, key], capture_output=True,
+                           text=True, check=True).stdout for setup in (first, first, second, "true")]
+    assert keys[0] == keys[1] and len({keys[0], keys[2], keys[3]}) == 3, keys
+
+
 @pytest.mark.parametrize(("ulimit", "name"), [("-v", "RLIMIT_AS"), ("-d", "RLIMIT_DATA")])
 def test_an_rlimit_is_seen(ulimit, name):
     report = report_under(f"ulimit {ulimit} 900000")

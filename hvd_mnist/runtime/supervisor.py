@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from hvd_mnist.runtime.boot.startup import import_keras, phase_done, phases, pro
 from hvd_mnist.runtime.health import whereabouts
 from hvd_mnist.runtime.health.guard import CollectiveGuard
 from hvd_mnist.runtime.health.heartbeats import RankLiveness
-from hvd_mnist.runtime.health.resources import Limit, cgroup_key, ran_out, tightest
+from hvd_mnist.runtime.health.resources import Limit, cgroup_key, limits, ran_out, tightest
 from hvd_mnist.runtime.health.stopping import StopSignal, describe, first_cause
 from hvd_mnist.runtime.storage.rundir import RunDir
 from hvd_mnist.runtime.storage.writes import writing
@@ -95,10 +94,11 @@ class Supervisor:
             self._guard.memory_share = world.local_size
             return world.rank, tightest(world.local_size)
         with self.guarded(0, "comparing the ranks' memory limits"):
-            keys = hvd.allgather_object((socket.gethostname(), cgroup_key()), name="memory_limit_keys")
-            self._guard.memory_share = keys.count(keys[world.rank])
-            limits = hvd.allgather_object(tightest(self._guard.memory_share), name="memory_limits")
-        return min(enumerate(limits), key=lambda ranked: ranked[1].headroom)
+            ranks = hvd.allgather_object((cgroup_key(), limits()), name="memory_limits")  # each rank's, unshared
+        keys = [key for key, _ in ranks]
+        self._guard.memory_share = keys.count(keys[world.rank])
+        tightest_each = [tightest(keys.count(key), found=found) for key, found in ranks]
+        return min(enumerate(tightest_each), key=lambda ranked: ranked[1].headroom)
 
     def run_dir_known(self, run_dir: RunDir, is_chief: bool) -> None:
         """The run directory exists: rank 0's tracebacks and every rank's dumps go there, and rank 0 answers

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hvd_mnist.errors import RanOut, first_line
+from hvd_mnist.runtime.boot.process import boot_id
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # a cgroup v1 "no limit" is 2^63 rounded down to a page: anything above this is none
@@ -45,6 +46,15 @@ class Limit:
     def describe(self) -> str:
         """'410 of 420 MiB (cgroup v1 limit)'."""
         return f"{self.used / MIB:.0f} of {self.limit / MIB:.0f} MiB ({self.name})"
+
+    def shared(self, share: int) -> Limit:
+        """This limit as one of `share` ranks of a node under it sees it: a cgroup's split evenly (limit and use),
+        the machine's free memory split, a process's own rlimit whole."""
+        if self.name == "MemAvailable":
+            return Limit(self.name, self.used + (self.limit - self.used) // share, self.used)
+        if self.name.startswith("cgroup"):
+            return Limit(self.name, self.limit // share, self.used // share)
+        return self
 
 
 def _status() -> dict[str, int]:
@@ -110,10 +120,14 @@ def _cgroup_limit(version: str, directory: Path) -> int | None:
 
 
 def cgroup_key() -> str:
-    """The innermost memory cgroup that limits this process ('' if none): ranks of a node with the same key
-    share that limit."""
-    return next((str(directory) for version, directory in _cgroup_dirs()
-                 if _cgroup_limit(version, directory) is not None), "")
+    """This machine's boot and the innermost memory cgroup that limits this process (its inode, the same seen
+    from any container; 'machine' if none): ranks with the same key share that limit."""
+    limiting = next((directory for version, directory in _cgroup_dirs()
+                     if _cgroup_limit(version, directory) is not None), None)
+    try:
+        return f"{boot_id()}:{limiting.stat().st_ino if limiting else 'machine'}"
+    except OSError:
+        return f"{boot_id()}:{limiting}"
 
 
 def _available() -> int:
@@ -133,20 +147,22 @@ def limits(share: int = 1, sizes: dict[str, int] | None = None) -> list[Limit]:
     (`sizes`: this process's /proc/self/status sizes, where the caller has read them already)."""
     sizes = _status() if sizes is None else sizes
     rss = sizes.get("VmRSS", 0)
-    found = [Limit("MemAvailable", rss + _available() // share, rss)]
+    found = [Limit("MemAvailable", rss + _available(), rss)]
     for version, directory in _cgroup_dirs():
         if (limit := _cgroup_limit(version, directory)) is not None:
-            found.append(Limit(f"cgroup {version} limit", limit // share, _working_set(version, directory) // share))
+            found.append(Limit(f"cgroup {version} limit", limit, _working_set(version, directory)))
     for name, measure in zip(ADDRESS_SPACE, ("VmSize", "VmData"), strict=True):
         soft = resource.getrlimit(getattr(resource, name))[0]
         if soft != resource.RLIM_INFINITY:
             found.append(Limit(name, soft, sizes.get(measure, 0)))
-    return found
+    return [limit.shared(share) for limit in found]
 
 
-def tightest(share: int = 1, sizes: dict[str, int] | None = None) -> Limit:
-    """The limit with the least headroom left: the one that ends this rank first."""
-    return min(limits(share, sizes), key=lambda limit: limit.headroom)
+def tightest(share: int = 1, sizes: dict[str, int] | None = None, found: list[Limit] | None = None) -> Limit:
+    """The limit with the least headroom left (of `found`, another rank's, where given): the one that ends the
+    rank first."""
+    return min((limit.shared(share) for limit in found) if found else limits(share, sizes),
+               key=lambda limit: limit.headroom)
 
 
 def memory_report(share: int = 1) -> dict:
