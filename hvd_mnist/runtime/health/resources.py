@@ -217,6 +217,8 @@ def ran_out_of(error: BaseException) -> str | None:
 
 ADVICE = {
     "memory": "lower --batch-size, or give each rank more memory (the container's, pod's or job's limit)",
+    "memory to load": "give each rank more memory (the container's, pod's or job's limit, ulimit -v): TensorFlow's "
+                      "and Horovod's libraries alone need it",
     "threads": "raise the limit on processes and threads (ulimit -u, the pids cgroup) or on memory, which each "
                "thread's stack takes from (ulimit -v)",
     "open files": "raise the limit on open files (ulimit -n)",
@@ -235,6 +237,6 @@ def ran_out(error: BaseException, rank: int | None = None) -> RanOut | None:
     if what == "memory":
         with contextlib.suppress(OSError, MemoryError):
             where = f" at {tightest().describe()}"
-    advice = ADVICE[what] if not re.search(MAP_FAILED, str(error)) else ADVICE["memory"].split(", or ")[1].capitalize()
+    advice = ADVICE["memory to load" if re.search(MAP_FAILED, str(error)) else what]
     detail = next((line.strip() for line in str(error).splitlines() if line.startswith("OOM ")), first_line(error))
     return RanOut(f"rank {rank} ran out of {what}{where}: {detail[:200]}; {advice}")
