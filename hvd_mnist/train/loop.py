@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
 
 from hvd_mnist.config import TrainConfig
-from hvd_mnist.data.pipeline import eval_batches, train_dataset
+from hvd_mnist.data.pipeline import train_dataset
 from hvd_mnist.data.sources import Dataset
 from hvd_mnist.errors import RunEnded
 from hvd_mnist.runtime.supervisor import RunDir, Supervisor, World, phase_done, phases, process_started_at, writing
 from hvd_mnist.train.cadence import REPORTED, Action, Cadence
 from hvd_mnist.train.checkpointing import Checkpoints
+from hvd_mnist.train.evaluation import Evaluations
 from hvd_mnist.train.export import export_at_end
-from hvd_mnist.train.replica import Evaluation, Replica
+from hvd_mnist.train.replica import Replica
 from hvd_mnist.train.restore import log_plan, restore
 from hvd_mnist.train.telemetry.outputs import Outputs, Telemetry
 from hvd_mnist.train.telemetry.reporting import Throughput, configure_logging
@@ -57,8 +57,7 @@ class TrainingLoop:
                                        **self.replica.trackables())
         self.telemetry = Telemetry(config, run_dir, supervisor)
         self.outputs = Outputs()  # this rank's, while it trains
-        self._eval_batches: dict[tuple[str, int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
-        self.evaluation_seconds = 0.0  # spent validating while training: the benchmark's phases part it out
+        self.evaluations = Evaluations(config, data, self.replica, supervisor)
         self.pace = Pace()  # this rank's compute and allreduce wait per step, for finding stragglers
 
     # --- the story ---------------------------------------------------------------------------------------------
@@ -127,7 +126,8 @@ class TrainingLoop:
                 cadence = cadence.paced(slowest)
             if Action.HISTOGRAM in due:
                 self.outputs.histograms(step, replica.histograms(metrics["grads"]))
-            reached = Action.EVAL in due and self._evaluate(step)
+            reached = Action.EVAL in due and self.evaluations.validate(step, self.world, self.outputs,
+                                                                       self.checkpoints, self.run_dir)
             if stopping or reached or Action.CHECKPOINT in due:
                 self._save(step)
             if stopping:
@@ -144,8 +144,7 @@ class TrainingLoop:
         log.info("weights identical on all %d ranks (sha256 %s)", self.world.size, digests[0][:16])
         accuracy = None
         if self.data.test is not None:
-            with self.supervisor.guarded(step, "the test evaluation"):
-                accuracy = self._evaluate_on("test").accuracy
+            accuracy = self.evaluations.test(step, self.world)
             log.info("test accuracy with moving-average weights: %.4f", accuracy)
             self.outputs.scalars(step, {"test_accuracy": accuracy})
         phase_done("tested")
@@ -153,7 +152,7 @@ class TrainingLoop:
                       self.run_dir.export)
         phase_done("exported")
         self.outputs.event("end", step=step, loss=loss, test_accuracy=accuracy, weights_sha256=digests,
-                            phases=phases(), evaluation_seconds=round(self.evaluation_seconds, 3))
+                            phases=phases(), evaluation_seconds=round(self.evaluations.seconds, 3))
         return RunResult(step, loss, accuracy, digests)
 
     # --- what is due at a pause ----------------------------------------------------------------------------------
@@ -181,34 +180,6 @@ class TrainingLoop:
         if Action.SUMMARY in due:
             self.outputs.scalars(step, {"loss": means.loss, "accuracy": means.accuracy, "learning_rate": lr})
         return means.loss, means.stop_votes > 0, max(compute + wait for compute, wait in means.paces)
-
-    def _evaluate(self, step: int) -> bool:
-        """Validation accuracy of the moving averages; keeps the best checkpoint; True once the target is reached."""
-        started = time.perf_counter()
-        with self.supervisor.guarded(step, "the validation"):
-            result = self._evaluate_on("validation")
-        self.evaluation_seconds += time.perf_counter() - started
-        self.outputs.event("eval", step=step, accuracy=result.accuracy, loss=result.loss, examples=result.examples)
-        self.outputs.scalars(step, {"validation/accuracy": result.accuracy, "validation/loss": result.loss})
-        if self.config.keep_best and result.accuracy > float(self.replica.best_accuracy.numpy()):
-            self.replica.best_accuracy.assign(result.accuracy)
-            if self.world.is_chief:
-                with writing(f"the best checkpoint (step {step})", self.run_dir.best_checkpoints):
-                    log.info("best validation accuracy so far: saved %s", self.checkpoints.save_best(step))
-        target = self.config.target_accuracy
-        if target is None or result.accuracy < target:
-            return False
-        self.outputs.event("target_reached", step=step, target=target, accuracy=result.accuracy,
-                           seconds_since_start=phase_done("target_reached"))
-        return True
-
-    def _evaluate_on(self, split: str) -> Evaluation:
-        """The replica evaluated on this rank's batches of the "validation" or "test" split, made once per world."""
-        key = (split, self.world.rank, self.world.size)
-        if key not in self._eval_batches:
-            self._eval_batches[key] = eval_batches(getattr(self.data, split), self.config.eval_batch_size,
-                                                   self.world.rank, self.world.size)
-        return self.replica.evaluate(self._eval_batches[key])
 
     def _save(self, step: int) -> None:
         """Checkpoint on rank 0, but never a state holding NaN/Inf (every rank checks: the weights are equal)."""
