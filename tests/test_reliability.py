@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 RUN = ("--lr", "0.1", "--log-every", "10", "--checkpoint-every", "20")
 DEFAULT_COLLECTIVE_TIMEOUT_S = TrainConfig().collective_timeout  # the watchdog every test below must beat
 ELASTIC_TIMEOUT_S = 40  # --collective-timeout of the elastic run whose worker is stopped
+SURVIVOR_STEP_S = 0.008  # the elastic runs' slowest step: 2,800 steps after a loss take 22 s or more
 RANK_EXIT_S = 30  # how long the kernel may take to tear down ranks whose launcher has returned
 
 
@@ -199,7 +200,10 @@ def test_elastic_run_survives_a_lost_worker_and_takes_it_back(tmp_path, fault):
                "--blacklist-cooldown-range", "2", "4"]
     command = launch_argv("horovodrun", 2, *trainer, options=elastic)
     signal_name = "STOP" if fault == "stopped" else "KILL"
-    env = {**launcher_env(), "HVD_MNIST_FAULT": f"step:rank=1:step=205:signal={signal_name}:once={tmp_path / 'fired'}"}
+    # Each step at least SURVIVOR_STEP_S long: the survivor's steps after the loss then outlast the blacklist's
+    # cool-down and a new worker's start-up on a fast machine too (alone at full speed it finished in 5 s).
+    faults = f"step:rank=1:step=205:signal={signal_name}:once={tmp_path / 'fired'},slow:delay={SURVIVOR_STEP_S}"
+    env = {**launcher_env(), "HVD_MNIST_FAULT": faults}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=2 * TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fired").exists()

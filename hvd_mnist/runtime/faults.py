@@ -1,6 +1,6 @@
 """Fault injection for the reliability tests:
 HVD_MNIST_FAULT=<point>:rank=<r>:step=<n>[:signal=STOP|:raise|:sleep=<s>|:collective|:exhaust=<what>]
-[:once=<file>], or HVD_MNIST_FAULT=slow:rank=<r>:delay=<s>.
+[:once=<file>], or HVD_MNIST_FAULT=slow[:rank=<r>]:delay=<s>; several faults are separated by commas.
 
 Points: `step` (after training step n) and `save` (checkpoint n's files written, its index not yet
 updated). The fault is a real signal to the process itself: SIGKILL by default, so nothing gets to clean
@@ -37,12 +37,13 @@ def _parse(spec: str) -> tuple[str, int | None, int, dict[str, str]]:
 
 
 def _planned(point: str, rank: int) -> tuple[int, dict[str, str]] | None:
-    """(step, fields) of the fault HVD_MNIST_FAULT plans for this rank at `point`, or None."""
-    spec = os.environ.get(ENV_VAR)
-    if not spec:
-        return None
-    want_point, want_rank, want_step, values = _parse(spec)
-    return (want_step, values) if want_point == point and want_rank in (None, rank) else None
+    """(step, fields) of the fault HVD_MNIST_FAULT plans for this rank at `point` (of several, separated by
+    commas, the first that matches), or None."""
+    for spec in filter(None, os.environ.get(ENV_VAR, "").split(",")):
+        want_point, want_rank, want_step, values = _parse(spec)
+        if want_point == point and want_rank in (None, rank):
+            return want_step, values
+    return None
 
 
 def planned_step(point: str, rank: int) -> int | None:
