@@ -322,7 +322,9 @@ def test_a_write_that_fails_mid_run_ends_every_rank_with_its_cause(tmpfs, what):
                               "--steps", "100000", "--output-dir", str(run_dir))
     if what == "metrics":
         command += ["--checkpoint-every", "500"]  # the last one wins: ckpt-500, then no checkpoint in the window
-    proc = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Steps of 10 ms or more: the fill (from step 520) ends before step 1000's checkpoint on a fast machine too.
+    slowed = {**launcher_env(), "HVD_MNIST_FAULT": "slow:delay=0.01"}
+    proc = subprocess.Popen(command, env=slowed, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_step(run_dir, 520)
         filler = fill(small_mount, leave=2**20 if what == "checkpoint" else 0)
