@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.bench.netns import ClusterUnavailable, Host, NetnsCluster
+from scripts.bench.netns import ClusterUnavailable, Host, NetnsCluster, stop_all
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun")
 READY_TIMEOUT_S = 90.0  # a node that died is declared down after SlurmdTimeout (30 s), then comes back
@@ -199,15 +199,7 @@ class SlurmCluster:
         if self._daemons.get("slurmctld") and self._daemons["slurmctld"].poll() is None:
             subprocess.run(self.net.on_host(self.nodes[0], ["scancel", "--full", "--user=root"]),
                            capture_output=True, env=self.env(), timeout=30)
-        for proc in self._daemons.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self._daemons.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_all(self._daemons.values(), grace_s=15, killed_s=10)
         self._daemons.clear()
         self.net.close()
         if self.munge_dir is not None:

@@ -19,7 +19,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,21 @@ def run(*argv: str) -> subprocess.CompletedProcess:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
+
+
+def stop_all(procs: Iterable[subprocess.Popen], grace_s: float, killed_s: float = 5) -> None:
+    """SIGTERM every process that still runs, then SIGKILL each one that has not ended within `grace_s` (and wait
+    `killed_s` for it)."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=killed_s)
 
 
 class NetnsCluster:
@@ -201,15 +216,7 @@ class NetnsCluster:
 
     def close(self) -> None:
         """Stop sshd and every process left in the namespaces, delete them and their /etc/netns files."""
-        for proc in self._sshd.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self._sshd.values():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_all(self._sshd.values(), grace_s=5)
         self._sshd.clear()
         for netns in self._created:
             remove_namespace(netns)
